@@ -1,0 +1,1 @@
+//! cordon: run one command inside a sandbox described by a TOML policy.

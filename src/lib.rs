@@ -1,1 +1,4 @@
 //! cordon: run one command inside a sandbox described by a TOML policy.
+
+pub mod enforce;
+pub mod units;

@@ -15,6 +15,10 @@ use std::time::Duration;
 /// neither requested nor handled; an older kernel degrades the rules that need more.
 pub const PINNED_LANDLOCK_ABI: u32 = 6;
 
+/// The port the egress proxy listens on inside the sandbox's own network namespace.
+/// Fixed, because the namespace is private: nothing else can hold it.
+pub const EGRESS_PORT: u16 = 3128;
+
 /// Where the view puts the run's scratch directory (HOME, TMPDIR, the published plan).
 pub const VIEW_SCRATCH: &str = "/run/cordon";
 

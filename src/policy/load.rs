@@ -618,9 +618,11 @@ pub fn expand_path(
     } else {
         match base {
             Some(b) => b.join(path),
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "relative path `{raw}` in a built-in profile; write ${{CWD}}/… or an absolute path"
-            )),
+            ))
+            }
         }
     };
     Ok((normalize(&path), optional))

@@ -1,0 +1,765 @@
+//! Starting the command: clone into new namespaces, build the view, drop privileges,
+//! confine, exec. The order in the child is fixed:
+//!
+//! ```text
+//! supervisor ──clone(NEWNS|NEWPID|NEWNET[|NEWUSER])──► init (PID 1 of the sandbox)
+//!   init:    parent-death signal, uid/gid maps, loopback up, egress listener handed
+//!            back, the view (ends in pivot_root), then fork:
+//!   command: rlimits, groups, gid, uid, parent-death signal, capabilities,
+//!            no_new_privs, Landlock, seccomp (last), close-on-exec of every
+//!            inherited descriptor above 2, signal mask reset, exec
+//!   init:    drops its own capabilities and reaps until the command exits, then
+//!            kills what is left and reports the command's wait status
+//! ```
+//!
+//! Without namespaces (`--no-view`, or none available) the supervisor forks the command
+//! directly. Between fork and exec the children only make raw syscalls on data prepared
+//! here beforehand: nothing allocates, locks or formats.
+
+use super::creds::{self, Identity, Limits};
+use super::landlock::PreparedLandlock;
+use super::seccomp::PreparedFilter;
+use super::view::PreparedView;
+use super::{errno, StepError};
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+pub use crate::plan::EGRESS_PORT;
+
+/// Signals the supervisor forwards to the command.
+pub const FORWARDED: [libc::c_int; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// What the launch needs, converted before fork.
+pub struct Prepared {
+    program: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+    namespaces: libc::c_int,
+    id_maps: Option<IdMaps>,
+    loopback: bool,
+    egress_listener: bool,
+    view: Option<PreparedView>,
+    landlock: Option<PreparedLandlock>,
+    seccomp: Option<PreparedFilter>,
+    identity: Option<Identity>,
+    limits: Limits,
+    /// TERM, INT, … and CHLD: blocked in the supervisor and init, waited for with
+    /// sigwaitinfo, unblocked in the command just before exec.
+    signals: libc::sigset_t,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("program", &self.program)
+            .field("namespaces", &self.namespaces)
+            .finish_non_exhaustive()
+    }
+}
+
+struct IdMaps {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+/// Inputs of [`prepare`], taken from the plan by the supervisor.
+pub struct LaunchSpec {
+    pub program: std::path::PathBuf,
+    pub argv: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+    /// Create namespaces (user when not root, mount, PID; network when `netns`).
+    pub namespaces: bool,
+    pub netns: bool,
+    pub is_root: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub egress_listener: bool,
+    pub view: Option<PreparedView>,
+    pub landlock: Option<PreparedLandlock>,
+    pub seccomp: Option<PreparedFilter>,
+    pub identity: Option<Identity>,
+    pub limits: Limits,
+}
+
+/// The signal set the supervisor blocks and waits on.
+pub fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
+            libc::sigaddset(&mut set, *sig);
+        }
+        set
+    }
+}
+
+/// Block the forwarded signals in the calling (single-threaded) supervisor, before any
+/// thread starts and before the fork, so children inherit the mask.
+pub fn block_signals() -> std::io::Result<()> {
+    let set = signal_set();
+    // SAFETY: set is initialised; the old mask is not needed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Convert everything the children need.
+pub fn prepare(spec: LaunchSpec) -> anyhow::Result<Prepared> {
+    let cstr = |b: &[u8]| {
+        CString::new(b).map_err(|_| anyhow::anyhow!("a NUL byte in an argument or variable"))
+    };
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .map(|a| cstr(a.as_encoded_bytes()))
+        .collect::<anyhow::Result<_>>()?;
+    let envp: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
+        .collect::<anyhow::Result<_>>()?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    envp_ptrs.push(ptr::null());
+
+    let mut namespaces = 0;
+    let mut id_maps = None;
+    if spec.namespaces {
+        namespaces = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+        if spec.netns {
+            namespaces |= libc::CLONE_NEWNET;
+        }
+        if !spec.is_root {
+            namespaces |= libc::CLONE_NEWUSER;
+            id_maps = Some(IdMaps {
+                uid_map: format!("{0} {0} 1\n", spec.uid).into_bytes(),
+                gid_map: format!("{0} {0} 1\n", spec.gid).into_bytes(),
+            });
+        }
+    }
+    Ok(Prepared {
+        program: cstr(spec.program.as_os_str().as_encoded_bytes())?,
+        _argv: argv,
+        argv_ptrs,
+        _envp: envp,
+        envp_ptrs,
+        cwd: cstr(spec.cwd.as_os_str().as_encoded_bytes())?,
+        namespaces,
+        id_maps,
+        loopback: spec.netns,
+        egress_listener: spec.egress_listener,
+        view: spec.view,
+        landlock: spec.landlock,
+        seccomp: spec.seccomp,
+        identity: spec.identity,
+        limits: spec.limits,
+        signals: signal_set(),
+    })
+}
+
+/// The started sandbox, as the supervisor sees it.
+#[derive(Debug)]
+pub struct Child {
+    /// init (namespaces) or the command itself (no namespaces).
+    pub pid: libc::pid_t,
+    /// Whether `pid` is the sandbox's init, which reports the command's status.
+    pub has_init: bool,
+    /// Read end: a step error record, or EOF once the command has exec'd.
+    pub errors: OwnedFd,
+    /// Read end: init writes the command's raw wait status here.
+    pub status: Option<OwnedFd>,
+    /// The egress listener created inside the sandbox's network namespace.
+    pub egress_listener: Option<OwnedFd>,
+}
+
+/// Why the launch failed before the command started.
+#[derive(Debug)]
+pub enum LaunchError {
+    /// clone with namespaces was refused: the caller may fall back to no view.
+    Namespaces(i32),
+    /// Anything else before the child existed.
+    Setup(std::io::Error),
+}
+
+/// Start the sandbox. Returns once the child exists; read [`Child::errors`] to learn
+/// whether the command was exec'd.
+pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
+    let (err_r, err_w) = pipe().map_err(LaunchError::Setup)?;
+    let status = if p.namespaces != 0 {
+        Some(pipe().map_err(LaunchError::Setup)?)
+    } else {
+        None
+    };
+    let egress = if p.egress_listener {
+        Some(seqpacket_pair().map_err(LaunchError::Setup)?)
+    } else {
+        None
+    };
+    // SAFETY: getpid has no preconditions.
+    let supervisor = unsafe { libc::getpid() };
+    // SAFETY: pidfd_open on our own pid; the fd is owned below.
+    let sup_fd = unsafe { libc::syscall(libc::SYS_pidfd_open, supervisor, 0) };
+    if sup_fd < 0 {
+        return Err(LaunchError::Setup(std::io::Error::last_os_error()));
+    }
+    // SAFETY: sup_fd is a fresh fd we own.
+    let sup_fd = unsafe { OwnedFd::from_raw_fd(sup_fd as RawFd) };
+
+    // SAFETY: a fork-like clone (no new stack: the child runs on a copy of ours). The
+    // supervisor is single-threaded here; the child only runs async-signal-safe code.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (p.namespaces | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        let e = errno();
+        return Err(
+            if p.namespaces != 0
+                && matches!(e, libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS)
+            {
+                LaunchError::Namespaces(e)
+            } else {
+                LaunchError::Setup(std::io::Error::from_raw_os_error(e))
+            },
+        );
+    }
+    if pid == 0 {
+        let err_w = err_w.as_raw_fd();
+        if p.namespaces != 0 {
+            let status_w = status.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
+            let egress_w = egress.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
+            init_main(p, err_w, status_w, egress_w, sup_fd.as_raw_fd());
+        } else {
+            command_main(p, err_w, Some(supervisor));
+        }
+    }
+    drop(err_w);
+    let status = status.map(|(r, w)| {
+        drop(w);
+        r
+    });
+    let egress_listener = match egress {
+        Some((r, w)) => {
+            drop(w);
+            recv_fd(r.as_raw_fd()).ok()
+        }
+        None => None,
+    };
+    Ok(Child {
+        pid: pid as libc::pid_t,
+        has_init: p.namespaces != 0,
+        errors: err_r,
+        status,
+        egress_listener,
+    })
+}
+
+/// A step error record as the child writes it: errno, index, step name.
+pub fn read_step_error(fd: &OwnedFd) -> Option<StepReport> {
+    let mut buf = [0u8; 128];
+    let mut len = 0;
+    loop {
+        // SAFETY: reading into our own buffer within bounds.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf[len..].as_mut_ptr().cast(),
+                buf.len() - len,
+            )
+        };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    if len < 9 {
+        return None;
+    }
+    let errno = i32::from_le_bytes(buf[0..4].try_into().ok()?);
+    let index = u32::from_le_bytes(buf[4..8].try_into().ok()?);
+    let n = usize::from(buf[8]).min(len - 9);
+    Some(StepReport {
+        step: String::from_utf8_lossy(&buf[9..9 + n]).into_owned(),
+        errno,
+        index: (index != u32::MAX).then_some(index as usize),
+    })
+}
+
+/// A step error as the supervisor received it.
+#[derive(Debug, Clone)]
+pub struct StepReport {
+    pub step: String,
+    pub errno: i32,
+    pub index: Option<usize>,
+}
+
+impl StepReport {
+    /// The failed step was the exec itself (so the command's 126/127 applies).
+    pub fn is_exec(&self) -> bool {
+        self.step == "exec"
+    }
+}
+
+/// Read init's report of the command's raw wait status.
+pub fn read_status(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    // SAFETY: reading 4 bytes into a local buffer.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4) };
+    (n == 4).then(|| i32::from_le_bytes(buf))
+}
+
+// ---------------------------------------------------------------------------------------
+// Children. Everything below runs between fork and exec: async-signal-safe only.
+
+/// Write a step error record and exit. No allocation: a stack buffer and raw write.
+fn fail(err_w: RawFd, e: StepError, code: i32) -> ! {
+    let mut buf = [0u8; 128];
+    buf[0..4].copy_from_slice(&e.errno.to_le_bytes());
+    buf[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let step = e.step.as_bytes();
+    let n = step.len().min(buf.len() - 9);
+    buf[8] = n as u8;
+    buf[9..9 + n].copy_from_slice(&step[..n]);
+    // SAFETY: writing our own buffer, then exiting without running destructors.
+    unsafe {
+        libc::write(err_w, buf.as_ptr().cast(), 9 + n);
+        libc::_exit(code)
+    }
+}
+
+fn check(err_w: RawFd, r: Result<(), StepError>) {
+    if let Err(e) = r {
+        fail(err_w, e, 125);
+    }
+}
+
+fn sys(rc: libc::c_long, step: &'static str) -> Result<(), StepError> {
+    if rc < 0 {
+        Err(StepError::last(step))
+    } else {
+        Ok(())
+    }
+}
+
+/// PID 1 of the sandbox.
+fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_fd: RawFd) -> ! {
+    // SAFETY: prctl with integer arguments.
+    check(
+        err_w,
+        sys(
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } as _,
+            "set parent-death signal",
+        ),
+    );
+    // The supervisor may have died before the line above: then nobody would kill us.
+    let mut pfd = libc::pollfd {
+        fd: sup_fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polling one valid pollfd without waiting.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 {
+        // SAFETY: exiting the child.
+        unsafe { libc::_exit(125) };
+    }
+    // SAFETY: closing an fd the child does not need.
+    unsafe { libc::close(sup_fd) };
+    if let Some(maps) = &p.id_maps {
+        check(
+            err_w,
+            write_file(
+                c"/proc/self/setgroups",
+                b"deny",
+                "write /proc/self/setgroups",
+            ),
+        );
+        check(
+            err_w,
+            write_file(
+                c"/proc/self/gid_map",
+                &maps.gid_map,
+                "write /proc/self/gid_map",
+            ),
+        );
+        check(
+            err_w,
+            write_file(
+                c"/proc/self/uid_map",
+                &maps.uid_map,
+                "write /proc/self/uid_map",
+            ),
+        );
+    }
+    if p.loopback {
+        check(err_w, loopback_up());
+    }
+    if p.egress_listener {
+        check(err_w, egress_listen(egress_w));
+    }
+    if let Some(view) = &p.view {
+        check(err_w, view.apply());
+    }
+
+    // SAFETY: fork from the single-threaded init.
+    let cmd = unsafe { libc::fork() };
+    if cmd < 0 {
+        fail(err_w, StepError::last("fork the command"), 125);
+    }
+    if cmd == 0 {
+        command_main(p, err_w, None);
+    }
+    // SAFETY: init keeps no descriptor the supervisor waits on, so EOF reaches it once
+    // the command has exec'd (or failed).
+    unsafe {
+        libc::close(err_w);
+        if egress_w >= 0 {
+            libc::close(egress_w);
+        }
+    }
+    // init needs no privilege to reap and forward: drop it before waiting.
+    let _ = creds::drop_all_capabilities();
+    let _ = creds::set_no_new_privs();
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+
+    let mut command_status: Option<i32> = None;
+    loop {
+        // SAFETY: siginfo is written by the kernel; the set is initialised.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let sig = unsafe { libc::sigwaitinfo(&p.signals, &mut info) };
+        if sig < 0 {
+            continue;
+        }
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut status = 0;
+                // SAFETY: reaping any child of init without blocking.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid <= 0 {
+                    break;
+                }
+                if pid == cmd {
+                    command_status = Some(status);
+                }
+            }
+            if let Some(status) = command_status {
+                // The command is gone: end the rest of the tree, report, exit.
+                // SAFETY: kill(-1) from PID 1 reaches only this namespace's processes.
+                unsafe {
+                    libc::kill(-1, libc::SIGKILL);
+                    while libc::waitpid(-1, ptr::null_mut(), 0) > 0 {}
+                    libc::write(status_w, status.to_le_bytes().as_ptr().cast(), 4);
+                    libc::_exit(0);
+                }
+            }
+        } else if info.si_code != libc::SI_KERNEL {
+            // Sent by the supervisor. A terminal's signal (SI_KERNEL) already reached the
+            // command as a member of the foreground process group.
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(cmd, sig) };
+        }
+    }
+}
+
+/// The command's own process: confine and exec.
+fn command_main(p: &Prepared, err_w: RawFd, supervisor: Option<libc::pid_t>) -> ! {
+    // SAFETY: chdir to a prepared C string; "/" is the fallback inside a view.
+    if unsafe { libc::chdir(p.cwd.as_ptr()) } != 0 {
+        fail(err_w, StepError::last("enter the working directory"), 125);
+    }
+    check(err_w, p.limits.apply());
+    check(err_w, creds::switch_identity(p.identity));
+    // The parent-death signal is cleared by a change of credentials: set it after.
+    // SAFETY: prctl with integer arguments.
+    check(
+        err_w,
+        sys(
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } as _,
+            "set parent-death signal",
+        ),
+    );
+    if let Some(sup) = supervisor {
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } != sup {
+            // SAFETY: exiting the child.
+            unsafe { libc::_exit(125) };
+        }
+    }
+    check(err_w, creds::drop_all_capabilities());
+    check(err_w, creds::set_no_new_privs());
+    if let Some(ll) = &p.landlock {
+        check(err_w, ll.apply());
+    }
+    if let Some(filter) = &p.seccomp {
+        check(
+            err_w,
+            filter.apply().map_err(|e| StepError {
+                step: "install the seccomp filter",
+                errno: e as i32,
+            }),
+        );
+    }
+    check(err_w, creds::close_inherited_fds(&[]));
+    // SAFETY: an empty set, then unblocking everything the supervisor blocked.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, ptr::null_mut());
+        libc::execve(
+            p.program.as_ptr(),
+            p.argv_ptrs.as_ptr(),
+            p.envp_ptrs.as_ptr(),
+        );
+    }
+    let e = errno();
+    fail(
+        err_w,
+        StepError {
+            step: "exec",
+            errno: e,
+        },
+        if e == libc::ENOENT { 127 } else { 126 },
+    );
+}
+
+fn write_file(path: &std::ffi::CStr, data: &[u8], step: &'static str) -> Result<(), StepError> {
+    // SAFETY: path is NUL-terminated; data is a valid slice.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(StepError::last(step));
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let e = StepError::last(step);
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Bring up `lo` in the new network namespace.
+fn loopback_up() -> Result<(), StepError> {
+    // SAFETY: a datagram socket for interface ioctls, an ifreq we initialise, closed after.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(StepError::last("socket for loopback"));
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) < 0 {
+            let e = StepError::last("read loopback flags");
+            libc::close(s);
+            return Err(e);
+        }
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) < 0 {
+            let e = StepError::last("bring loopback up");
+            libc::close(s);
+            return Err(e);
+        }
+        libc::close(s);
+    }
+    Ok(())
+}
+
+/// Listen on 127.0.0.1:EGRESS_PORT inside the namespace and hand the socket to the
+/// supervisor, which serves it; the command never holds it.
+fn egress_listen(channel: RawFd) -> Result<(), StepError> {
+    // SAFETY: socket setup on a local sockaddr_in; the fd is sent and then closed.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(StepError::last("egress listener socket"));
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_port = EGRESS_PORT.to_be();
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        if libc::bind(
+            s,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        ) < 0
+        {
+            return Err(StepError::last("bind the egress listener"));
+        }
+        if libc::listen(s, 512) < 0 {
+            return Err(StepError::last("listen on the egress listener"));
+        }
+        send_fd(channel, s)?;
+        libc::close(s);
+    }
+    Ok(())
+}
+
+/// Send one descriptor over a unix socket (SCM_RIGHTS), with a stack buffer.
+fn send_fd(channel: RawFd, fd: RawFd) -> Result<(), StepError> {
+    // SAFETY: msghdr and cmsg built in properly aligned local buffers of the right size.
+    unsafe {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 4];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        if libc::sendmsg(channel, &msg, 0) < 0 {
+            return Err(StepError::last(
+                "hand the egress listener to the supervisor",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Receive one descriptor sent by [`send_fd`].
+fn recv_fd(channel: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: as in send_fd; the received fd is owned by the returned OwnedFd.
+    unsafe {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 4];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control);
+        let n = libc::recvmsg(channel, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n <= 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "no egress listener",
+            ));
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "no descriptor received",
+            ));
+        }
+        let fd = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array; we own them afterwards.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two fds into the array; we own them afterwards.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Wait for one of the blocked signals, or until `timeout` passes (None: forever).
+/// Returns the signal and its `si_code`, or None on timeout.
+pub fn wait_signal(timeout: Option<std::time::Duration>) -> Option<(libc::c_int, libc::c_int)> {
+    let set = signal_set();
+    // SAFETY: info is written by the kernel; set and ts are initialised locals.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        let rc = match timeout {
+            Some(t) => {
+                let ts = libc::timespec {
+                    tv_sec: t.as_secs() as libc::time_t,
+                    tv_nsec: t.subsec_nanos() as libc::c_long,
+                };
+                // SAFETY: as above.
+                unsafe { libc::sigtimedwait(&set, &mut info, &ts) }
+            }
+            // SAFETY: as above.
+            None => unsafe { libc::sigwaitinfo(&set, &mut info) },
+        };
+        if rc >= 0 {
+            return Some((rc, info.si_code));
+        }
+        if errno() == libc::EAGAIN {
+            return None;
+        }
+    }
+}
+
+/// Send `sig` to `pid`.
+pub fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Reap `pid` if it has exited; its raw wait status.
+pub fn try_reap(pid: libc::pid_t) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: waiting for our own child without blocking.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    (rc == pid).then_some(status)
+}
+
+/// Peak resident memory of waited-for children, in KiB.
+pub fn children_peak_rss_kib() -> u64 {
+    // SAFETY: getrusage fills a local struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    ru.ru_maxrss as u64
+}

@@ -789,9 +789,9 @@ mod tests {
             ("[process.limits]\nnofiles = 3\n", "did you mean `nofile`?"),
             (
                 "[process.limits]\nas = \"8 lightyears\"\n",
-                "unknown size unit",
+                "unknown unit",
             ),
-            ("[process]\ntimeout = \"soon\"\n", "not a duration"),
+            ("[process]\ntimeout = \"soon\"\n", "duration \"soon\""),
             ("[enforce]\nmode = \"lenient\"\n", "unknown enforce mode"),
             ("[fs\n", "p.toml:1"),
         ] {

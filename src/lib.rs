@@ -1,1 +1,2 @@
 //! cordon: run one command inside a sandbox described by a TOML policy.
+pub mod egress;

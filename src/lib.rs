@@ -4,7 +4,11 @@
 //! machine, pure) → `enforce` (the only confining syscalls) → `supervise`.
 
 pub mod cli;
+pub mod egress;
 pub mod enforce;
+pub mod explain;
+pub mod facts;
 pub mod plan;
 pub mod policy;
+pub mod supervise;
 pub mod units;

@@ -1,1 +1,186 @@
-fn main() {}
+//! The `cordon` binary: parse the command line and hand over to the pipeline.
+
+use anyhow::Context as _;
+use clap::Parser;
+use cordon::cli::{Cli, Command, PolicyArgs, ProfilesAction, RunArgs};
+use cordon::enforce::probe;
+use cordon::explain::{self, ProbeReport};
+use cordon::facts;
+use cordon::plan::{self, Plan};
+use cordon::policy::{self, builtin, Context};
+use cordon::supervise::{self, NamespacesRefused, RunOptions, Verbosity, EXIT_CORDON};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_CORDON } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            ExitCode::from(EXIT_CORDON as u8)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        None => run(cli.run),
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Explain(args)) => {
+            let (plan, _) = make_plan(&args.policy, &args.command)?;
+            if let Some(path) = &args.why {
+                println!("{}", explain::why_text(&plan, path));
+            } else if args.json {
+                println!("{}", serde_json::to_string_pretty(&plan)?);
+            } else {
+                print!("{}", explain::plan_text(&plan));
+            }
+            Ok(if args.check && !plan.degraded.is_empty() {
+                1
+            } else {
+                0
+            })
+        }
+        Some(Command::Probe(args)) => {
+            let report = probe_report();
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", explain::probe_text(&report));
+            }
+            Ok(0)
+        }
+        Some(Command::Profiles(args)) => profiles(args.action.unwrap_or(ProfilesAction::List)),
+    }
+}
+
+fn context(facts: &plan::Facts) -> Context {
+    Context {
+        cwd: facts.cwd.clone(),
+        home: facts.home.clone(),
+        env: facts.env.clone(),
+    }
+}
+
+fn make_plan(
+    args: &PolicyArgs,
+    command: &[std::ffi::OsString],
+) -> anyhow::Result<(Plan, plan::Facts)> {
+    let facts = facts::gather()?;
+    let policy = policy::load(&args.overrides(), &context(&facts))?;
+    let plan = plan::build(&policy, &facts, command)?;
+    Ok((plan, facts))
+}
+
+fn run(args: RunArgs) -> anyhow::Result<i32> {
+    supervise::refuse_setuid()?;
+    if args.command.is_empty() {
+        anyhow::bail!("no command given; usage: cordon [OPTIONS] -- COMMAND [ARGS...]");
+    }
+    let verbosity = if args.quiet {
+        Verbosity::Quiet
+    } else if args.verbose > 0 {
+        Verbosity::Verbose
+    } else {
+        Verbosity::Normal
+    };
+    let opts = RunOptions {
+        verbosity,
+        report: args.report,
+    };
+    let mut overrides = args.policy.overrides();
+    overrides.keep_scratch = args.keep_scratch;
+    let facts = facts::gather()?;
+    let policy = policy::load(&overrides, &context(&facts))?;
+    let plan = plan::build(&policy, &facts, &args.command)?;
+    supervise::check_enforceable(&plan, verbosity)?;
+    match supervise::run(&plan, &facts, &opts) {
+        Ok(outcome) => Ok(outcome.code),
+        Err(e) => match e.downcast::<NamespacesRefused>() {
+            Ok(refused) => {
+                // The kernel refused the namespaces (nested in another sandbox, or user
+                // namespaces restricted): plan again without the view, honestly.
+                let mut facts = facts;
+                facts.namespaces = Err(refused.to_string());
+                let plan = plan::build(&policy, &facts, &args.command)?;
+                supervise::check_enforceable(&plan, verbosity).context("and without the view")?;
+                Ok(supervise::run(&plan, &facts, &opts)?.code)
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
+
+fn probe_report() -> ProbeReport {
+    let is_root = nix::unistd::getuid().is_root();
+    let abi = probe::landlock_abi();
+    let user = probe::try_unshare(libc::CLONE_NEWUSER);
+    let extra = if is_root { 0 } else { libc::CLONE_NEWUSER };
+    let mount = probe::try_unshare(extra | libc::CLONE_NEWNS);
+    let pid = probe::try_unshare(extra | libc::CLONE_NEWPID);
+    let net = probe::try_unshare(extra | libc::CLONE_NEWNET);
+    ProbeReport {
+        landlock_abi: abi,
+        landlock_features: explain::landlock_features(abi),
+        view_possible: mount.is_ok() && pid.is_ok(),
+        user_namespaces: user,
+        mount_namespaces: mount,
+        network_namespaces: net,
+        pid_namespaces: pid,
+        seccomp: probe::seccomp_available(),
+        legacy_tiocsti: probe::legacy_tiocsti(),
+        running_as_root: is_root,
+    }
+}
+
+fn profiles(action: ProfilesAction) -> anyhow::Result<i32> {
+    let facts = facts::gather()?;
+    let ctx = context(&facts);
+    match action {
+        ProfilesAction::List => {
+            for (name, text) in builtin::PROFILES {
+                println!("{name:<10} {}  (built-in)", policy::describe(text));
+            }
+            for dir in policy::profile_dirs(&ctx) {
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                let mut names: Vec<_> = entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                    .collect();
+                names.sort();
+                for p in names {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let name = p
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    println!("{name:<10} {}  ({})", policy::describe(&text), p.display());
+                }
+            }
+            Ok(0)
+        }
+        ProfilesAction::Show { name, resolved } => {
+            if resolved {
+                let overrides = policy::Overrides {
+                    profiles: vec![name],
+                    ..Default::default()
+                };
+                let pol = policy::load(&overrides, &ctx)?;
+                println!("{}", serde_json::to_string_pretty(&pol)?);
+            } else {
+                print!("{}", policy::profile_text(&name, &ctx)?);
+            }
+            Ok(0)
+        }
+    }
+}

@@ -582,12 +582,8 @@ fn view_mounts(
 
     let dev = Path::new("/dev");
     let proc_path = Path::new("/proc");
-    let mut dev_needed = false;
     for rule in &ordered {
         let path = rule.resolved.clone().expect("filtered");
-        if path.starts_with(dev) {
-            dev_needed = true;
-        }
         let parent = enclosing(rules, &path);
         match rule.access {
             Access::Deny => {
@@ -628,7 +624,7 @@ fn view_mounts(
             }
         }
     }
-    if dev_needed || true {
+    {
         // Every view has the minimal /dev; it is mounted before anything below it.
         let at = mounts
             .iter()

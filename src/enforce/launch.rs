@@ -450,8 +450,9 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
 
     let mut command_status: Option<i32> = None;
     loop {
-        // SAFETY: siginfo is written by the kernel; the set is initialised.
+        // SAFETY: an all-zero siginfo_t is a valid value to be overwritten.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: siginfo is written by the kernel; the set is initialised.
         let sig = unsafe { libc::sigwaitinfo(&p.signals, &mut info) };
         if sig < 0 {
             continue;

@@ -1,5 +1,9 @@
 //! Loading: profile lookup, `extends`, variable expansion, merging, flags last.
 
+// A policy error carries the offending line for display; it is built once per failed
+// run, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use super::error::{nearest, PolicyError};
 use super::file::{PolicyFile, SizeValue};
 use super::{
@@ -421,6 +425,19 @@ fn resolve(name: &str, base: &Path, ctx: &Context, referrer: &str) -> Result<Sou
     Err(err)
 }
 
+/// The text of a profile as shipped or installed, for `cordon profiles show`.
+pub fn profile_text(name: &str, ctx: &Context) -> Result<String, PolicyError> {
+    Ok(resolve(name, &ctx.cwd, ctx, "command line")?.text)
+}
+
+/// The one-line `description` of a profile's text, for `cordon profiles list`.
+pub fn describe(text: &str) -> String {
+    toml::from_str::<PolicyFile>(text)
+        .ok()
+        .and_then(|f| f.description)
+        .unwrap_or_else(|| "(no description)".to_string())
+}
+
 /// The directories searched for installed profiles, most personal first.
 pub fn profile_dirs(ctx: &Context) -> Vec<PathBuf> {
     let config = match ctx.env.get("XDG_CONFIG_HOME") {
@@ -787,10 +804,7 @@ mod tests {
         for (text, needle) in [
             ("[net]\nmode = \"open\"\n", "unknown network mode"),
             ("[process.limits]\nnofiles = 3\n", "did you mean `nofile`?"),
-            (
-                "[process.limits]\nas = \"8 lightyears\"\n",
-                "unknown unit",
-            ),
+            ("[process.limits]\nas = \"8 lightyears\"\n", "unknown unit"),
             ("[process]\ntimeout = \"soon\"\n", "duration \"soon\""),
             ("[enforce]\nmode = \"lenient\"\n", "unknown enforce mode"),
             ("[fs\n", "p.toml:1"),

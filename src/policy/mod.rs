@@ -10,7 +10,7 @@ pub mod file;
 mod load;
 
 pub use error::PolicyError;
-pub use load::{load, Context, Overrides};
+pub use load::{describe, load, profile_dirs, profile_text, Context, Overrides};
 
 use serde::Serialize;
 use std::fmt;

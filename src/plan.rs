@@ -443,6 +443,11 @@ fn classify(
                     a => format!("own bind mount with {a} reductions inside a wider grant"),
                 };
             }
+            (Access::Deny, true, false) if splittable(&snapshot, rule) => {
+                rule.layer = Layer::Landlock;
+                rule.note =
+                    "Landlock: the read-only grants around it are split entry by entry".into();
+            }
             (_, true, false) => {
                 rule.layer = Layer::Degraded;
                 let parent = parent.expect("narrows implies a parent");
@@ -469,6 +474,57 @@ fn classify(
                 rule.layer = Layer::Landlock;
                 rule.note = "Landlock".into();
             }
+        }
+    }
+}
+
+/// Whether a denied file can be enforced exactly by Landlock alone: every grant above it
+/// is read-only, so granting the siblings along the way one by one (instead of the
+/// whole tree) leaves exactly the file out. A denied directory cannot be: the listing
+/// right its parent needs would reach into it.
+fn splittable(rules: &[PlannedRule], deny: &PlannedRule) -> bool {
+    let Some(path) = &deny.resolved else {
+        return false;
+    };
+    !deny.is_dir
+        && rules.iter().all(|r| {
+            let above = r.access != Access::Deny
+                && r.resolved
+                    .as_ref()
+                    .is_some_and(|p| p != path && path.starts_with(p));
+            !above || !r.access.write()
+        })
+}
+
+/// Landlock rules for a read-only grant at `dir` that leave out the files in `holes`:
+/// listing-only on the directories leading to a hole, the grant's rights on every other
+/// entry. Symlinks are not granted: following one must not reach further than the
+/// whole-tree grant would have.
+fn split_grant(dir: &Path, access: Access, holes: &[&Path], abi: u32, out: &mut Vec<LandlockRule>) {
+    out.push(LandlockRule {
+        path: dir.to_path_buf(),
+        access,
+        rights: rights(access, true, abi) & AccessFs::ReadDir as u64,
+    });
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_symlink() || holes.contains(&path.as_path()) {
+            continue;
+        }
+        if kind.is_dir() && holes.iter().any(|h| h.starts_with(&path)) {
+            split_grant(&path, access, holes, abi, out);
+        } else {
+            out.push(LandlockRule {
+                rights: rights(access, kind.is_dir(), abi),
+                path,
+                access,
+            });
         }
     }
 }
@@ -710,10 +766,25 @@ fn landlock_plan(
     degraded: &mut Vec<Degradation>,
 ) -> LandlockPlan {
     let mut out = Vec::new();
+    // Denied files Landlock enforces by splitting the read-only grants above them.
+    let holes: Vec<&Path> = rules
+        .iter()
+        .filter(|r| !view && r.access == Access::Deny && r.layer == Layer::Landlock)
+        .filter_map(|r| r.resolved.as_deref())
+        .collect();
     for rule in rules {
         let (Some(path), true) = (&rule.resolved, rule.access != Access::Deny) else {
             continue;
         };
+        let inside: Vec<&Path> = holes
+            .iter()
+            .copied()
+            .filter(|h| h.starts_with(path))
+            .collect();
+        if !inside.is_empty() {
+            split_grant(path, rule.access, &inside, abi, &mut out);
+            continue;
+        }
         out.push(LandlockRule {
             path: path.clone(),
             access: rule.access,

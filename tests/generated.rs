@@ -53,9 +53,15 @@ fn man_page_is_current() {
 #[test]
 fn completions_are_current() {
     use clap_complete::Shell;
-    check(&root().join("completions/cordon.bash"), completion(Shell::Bash));
+    check(
+        &root().join("completions/cordon.bash"),
+        completion(Shell::Bash),
+    );
     check(&root().join("completions/_cordon"), completion(Shell::Zsh));
-    check(&root().join("completions/cordon.fish"), completion(Shell::Fish));
+    check(
+        &root().join("completions/cordon.fish"),
+        completion(Shell::Fish),
+    );
 }
 
 #[test]
@@ -75,6 +81,10 @@ fn man_page_has_the_sections_users_look_for() {
         "SECURITY",
         "SEE ALSO",
     ] {
-        assert!(text.contains(&format!(".SH \"{section}\"")) || text.contains(&format!(".SH {section}")), "missing section {section}");
+        assert!(
+            text.contains(&format!(".SH \"{section}\""))
+                || text.contains(&format!(".SH {section}")),
+            "missing section {section}"
+        );
     }
 }

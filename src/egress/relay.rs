@@ -19,7 +19,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 /// Size of the copy buffer used when `splice` is unavailable.
 const COPY_BUF: usize = 64 * 1024;
 /// Pipe capacity we ask for (the kernel may give less; the default is 64 KiB).
-const PIPE_SIZE: i32 = 256 * 1024;
+const PIPE_SIZE: i32 = 1024 * 1024;
 /// Rounds of read/write one direction may do before the other gets a turn.
 const BURST: usize = 16;
 
@@ -56,17 +56,29 @@ impl Direction {
         }
     }
 
-    /// Read from `src` into the (empty) buffer. `Ok(0)` means EOF.
+    /// How many more bytes the buffer can take now.
+    fn room(&self) -> usize {
+        match &self.buf {
+            Buffer::Pipe { cap, .. } => cap.saturating_sub(self.pending),
+            // The copy buffer is refilled only once it is empty.
+            Buffer::Mem { buf, .. } if self.pending == 0 => buf.len(),
+            Buffer::Mem { .. } => 0,
+        }
+    }
+
+    /// Read from `src` into the buffer (which has room). `Ok(0)` means EOF.
     fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
-        debug_assert_eq!(self.pending, 0);
-        if let Buffer::Pipe { w, cap, .. } = &self.buf {
+        if let Buffer::Pipe { w, .. } = &self.buf {
             let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-            match splice(src.as_fd(), None, w.as_fd(), None, *cap, flags) {
+            match splice(src.as_fd(), None, w.as_fd(), None, self.room(), flags) {
                 Ok(n) => {
-                    self.pending = n;
+                    self.pending += n;
                     return Ok(n);
                 }
-                Err(Errno::EINVAL) | Err(Errno::ENOSYS) => self.buf = Buffer::mem(),
+                // Falling back is only possible while the pipe is empty.
+                Err(Errno::EINVAL) | Err(Errno::ENOSYS) if self.pending == 0 => {
+                    self.buf = Buffer::mem()
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -107,10 +119,11 @@ impl Direction {
             if self.done {
                 break;
             }
-            if self.pending == 0 && !self.eof {
+            let mut progress = false;
+            if !self.eof && self.room() > 0 {
                 match self.fill(src) {
                     Ok(0) => self.eof = true,
-                    Ok(_) => moved = true,
+                    Ok(_) => progress = true,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
@@ -118,32 +131,32 @@ impl Direction {
             }
             if self.pending > 0 {
                 match self.drain(dst) {
-                    Ok(_) => moved = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Ok(_) => progress = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 }
-                continue;
             }
-            if self.eof {
+            if self.eof && self.pending == 0 {
                 // Everything read has been written: propagate the half-close.
                 let _ = dst.shutdown(Shutdown::Write);
                 self.done = true;
             }
-            break;
+            moved |= progress;
+            if !progress {
+                break;
+            }
         }
         Ok(moved)
     }
 
-    /// Poll interest: on the source for reading, or on the destination for writing.
-    fn interest(&self) -> Option<(bool, PollFlags)> {
+    /// Poll interest: reading the source while there is room, writing the destination
+    /// while bytes are pending.
+    fn interest(&self) -> (bool, bool) {
         if self.done {
-            None
-        } else if self.pending > 0 {
-            Some((false, PollFlags::POLLOUT))
-        } else {
-            Some((true, PollFlags::POLLIN))
+            return (false, false);
         }
+        (!self.eof && self.room() > 0, self.pending > 0)
     }
 }
 
@@ -181,11 +194,14 @@ pub(crate) fn relay(
         if dirs.iter().all(|d| d.done) {
             return Ok(());
         }
-        let mut fds = Vec::with_capacity(2);
+        let mut fds = Vec::with_capacity(4);
         for (d, (src, dst)) in dirs.iter().zip(ends) {
-            if let Some((on_src, flags)) = d.interest() {
-                let fd = if on_src { src.as_fd() } else { dst.as_fd() };
-                fds.push(PollFd::new(fd, flags));
+            let (read, write) = d.interest();
+            if read {
+                fds.push(PollFd::new(src.as_fd(), PollFlags::POLLIN));
+            }
+            if write {
+                fds.push(PollFd::new(dst.as_fd(), PollFlags::POLLOUT));
             }
         }
         match poll(&mut fds, timeout) {

@@ -37,8 +37,13 @@ struct Direction {
 }
 
 impl Direction {
-    fn new() -> Direction {
-        let buf = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+    fn new(use_splice: bool) -> Direction {
+        let pipe = if use_splice {
+            nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+        } else {
+            Err(Errno::ENOSYS)
+        };
+        let buf = match pipe {
             Ok((r, w)) => {
                 let _ = fcntl(w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
                 let cap = fcntl(w.as_raw_fd(), FcntlArg::F_GETPIPE_SZ)
@@ -178,13 +183,24 @@ pub(crate) fn relay(
     early: &[u8],
     idle: Duration,
 ) -> io::Result<()> {
+    relay_with(client, upstream, early, idle, true)
+}
+
+/// [`relay`], optionally without `splice` (to exercise the copy fallback).
+fn relay_with(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: &[u8],
+    idle: Duration,
+    use_splice: bool,
+) -> io::Result<()> {
     if !early.is_empty() {
         (&upstream).write_all(early)?;
     }
     client.set_nonblocking(true)?;
     upstream.set_nonblocking(true)?;
     // [0]: client → upstream, [1]: upstream → client.
-    let mut dirs = [Direction::new(), Direction::new()];
+    let mut dirs = [Direction::new(use_splice), Direction::new(use_splice)];
     let ends = [(&client, &upstream), (&upstream, &client)];
     let timeout = PollTimeout::try_from(idle).unwrap_or(PollTimeout::MAX);
     loop {
@@ -210,5 +226,61 @@ pub(crate) fn relay(
             Err(Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
+
+    /// A connected pair of loopback TCP streams.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn check(use_splice: bool) {
+        let (mut client, client_side) = pair();
+        let (upstream_side, mut server) = pair();
+        let t = thread::spawn(move || {
+            relay_with(
+                client_side,
+                upstream_side,
+                b"early:",
+                Duration::from_secs(10),
+                use_splice,
+            )
+        });
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let expect = data.clone();
+        let w = thread::spawn(move || {
+            client.write_all(&data).unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+            let mut back = String::new();
+            client.read_to_string(&mut back).unwrap();
+            back
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).unwrap();
+        assert_eq!(&got[..6], b"early:");
+        assert!(got[6..] == expect[..], "payload differs");
+        server.write_all(b"reply after half-close").unwrap();
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(w.join().unwrap(), "reply after half-close");
+        t.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn splice_relay_carries_data_and_half_close() {
+        check(true);
+    }
+
+    #[test]
+    fn copy_fallback_carries_data_and_half_close() {
+        check(false);
     }
 }

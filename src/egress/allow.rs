@@ -50,10 +50,10 @@ impl Target {
                 .ok()
                 .map(|ip| Target::Ip(IpAddr::V6(ip).to_canonical()));
         }
-        if let Ok(ip) = host.parse::<IpAddr>() {
+        let name = normalize_name(host);
+        if let Ok(ip) = name.parse::<IpAddr>() {
             return Some(Target::Ip(ip.to_canonical()));
         }
-        let name = normalize_name(host);
         if name.is_empty() || check_name(&name).is_err() {
             return None;
         }
@@ -426,6 +426,8 @@ mod tests {
         let r = rule("127.0.0.1:9000");
         assert!(r.matches(&name("127.0.0.1"), 9000));
         assert!(r.matches(&name("[::ffff:127.0.0.1]"), 9000));
+        assert!(r.matches(&name("127.0.0.1."), 9000));
+        assert_eq!(name("127.0.0.1."), Target::Ip("127.0.0.1".parse().unwrap()));
         assert!(!r.matches(&name("localhost"), 9000));
         assert!(r.is_ip_literal());
         let r = rule("[::1]:8080");

@@ -80,6 +80,15 @@ pub struct EgressConfig {
 /// Fails only if the listener cannot be set up or the log file cannot be opened; after
 /// that the proxy runs until [`ProxyHandle::stop`] (or the handle is dropped).
 pub fn start(listener: TcpListener, config: EgressConfig) -> io::Result<ProxyHandle> {
+    start_with_idle(listener, config, IDLE_TIMEOUT)
+}
+
+/// [`start`] with a chosen tunnel idle timeout (tests use a short one).
+fn start_with_idle(
+    listener: TcpListener,
+    config: EgressConfig,
+    idle: Duration,
+) -> io::Result<ProxyHandle> {
     listener.set_nonblocking(true)?;
     let log = match &config.log {
         Some(path) => Some(Mutex::new(
@@ -99,7 +108,7 @@ pub fn start(listener: TcpListener, config: EgressConfig) -> io::Result<ProxyHan
         quiet: config.quiet,
         log,
         denied: Mutex::new(Denied::default()),
-        idle: IDLE_TIMEOUT,
+        idle,
     });
     let listener = Arc::new(listener);
     let stopping = Arc::new(AtomicBool::new(false));

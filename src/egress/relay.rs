@@ -19,7 +19,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 /// Size of the copy buffer used when `splice` is unavailable.
 const COPY_BUF: usize = 64 * 1024;
 /// Pipe capacity we ask for (the kernel may give less; the default is 64 KiB).
-const PIPE_SIZE: i32 = 256 * 1024;
+const PIPE_SIZE: i32 = 1024 * 1024;
 /// Rounds of read/write one direction may do before the other gets a turn.
 const BURST: usize = 16;
 
@@ -37,8 +37,13 @@ struct Direction {
 }
 
 impl Direction {
-    fn new() -> Direction {
-        let buf = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+    fn new(use_splice: bool) -> Direction {
+        let pipe = if use_splice {
+            nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+        } else {
+            Err(Errno::ENOSYS)
+        };
+        let buf = match pipe {
             Ok((r, w)) => {
                 let _ = fcntl(w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
                 let cap = fcntl(w.as_raw_fd(), FcntlArg::F_GETPIPE_SZ)
@@ -56,17 +61,29 @@ impl Direction {
         }
     }
 
-    /// Read from `src` into the (empty) buffer. `Ok(0)` means EOF.
+    /// How many more bytes the buffer can take now.
+    fn room(&self) -> usize {
+        match &self.buf {
+            Buffer::Pipe { cap, .. } => cap.saturating_sub(self.pending),
+            // The copy buffer is refilled only once it is empty.
+            Buffer::Mem { buf, .. } if self.pending == 0 => buf.len(),
+            Buffer::Mem { .. } => 0,
+        }
+    }
+
+    /// Read from `src` into the buffer (which has room). `Ok(0)` means EOF.
     fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
-        debug_assert_eq!(self.pending, 0);
-        if let Buffer::Pipe { w, cap, .. } = &self.buf {
+        if let Buffer::Pipe { w, .. } = &self.buf {
             let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-            match splice(src.as_fd(), None, w.as_fd(), None, *cap, flags) {
+            match splice(src.as_fd(), None, w.as_fd(), None, self.room(), flags) {
                 Ok(n) => {
-                    self.pending = n;
+                    self.pending += n;
                     return Ok(n);
                 }
-                Err(Errno::EINVAL) | Err(Errno::ENOSYS) => self.buf = Buffer::mem(),
+                // Falling back is only possible while the pipe is empty.
+                Err(Errno::EINVAL) | Err(Errno::ENOSYS) if self.pending == 0 => {
+                    self.buf = Buffer::mem()
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -107,10 +124,11 @@ impl Direction {
             if self.done {
                 break;
             }
-            if self.pending == 0 && !self.eof {
+            let mut progress = false;
+            if !self.eof && self.room() > 0 {
                 match self.fill(src) {
                     Ok(0) => self.eof = true,
-                    Ok(_) => moved = true,
+                    Ok(_) => progress = true,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
@@ -118,32 +136,32 @@ impl Direction {
             }
             if self.pending > 0 {
                 match self.drain(dst) {
-                    Ok(_) => moved = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Ok(_) => progress = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 }
-                continue;
             }
-            if self.eof {
+            if self.eof && self.pending == 0 {
                 // Everything read has been written: propagate the half-close.
                 let _ = dst.shutdown(Shutdown::Write);
                 self.done = true;
             }
-            break;
+            moved |= progress;
+            if !progress {
+                break;
+            }
         }
         Ok(moved)
     }
 
-    /// Poll interest: on the source for reading, or on the destination for writing.
-    fn interest(&self) -> Option<(bool, PollFlags)> {
+    /// Poll interest: reading the source while there is room, writing the destination
+    /// while bytes are pending.
+    fn interest(&self) -> (bool, bool) {
         if self.done {
-            None
-        } else if self.pending > 0 {
-            Some((false, PollFlags::POLLOUT))
-        } else {
-            Some((true, PollFlags::POLLIN))
+            return (false, false);
         }
+        (!self.eof && self.room() > 0, self.pending > 0)
     }
 }
 
@@ -165,13 +183,24 @@ pub(crate) fn relay(
     early: &[u8],
     idle: Duration,
 ) -> io::Result<()> {
+    relay_with(client, upstream, early, idle, true)
+}
+
+/// [`relay`], optionally without `splice` (to exercise the copy fallback).
+fn relay_with(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: &[u8],
+    idle: Duration,
+    use_splice: bool,
+) -> io::Result<()> {
     if !early.is_empty() {
         (&upstream).write_all(early)?;
     }
     client.set_nonblocking(true)?;
     upstream.set_nonblocking(true)?;
     // [0]: client → upstream, [1]: upstream → client.
-    let mut dirs = [Direction::new(), Direction::new()];
+    let mut dirs = [Direction::new(use_splice), Direction::new(use_splice)];
     let ends = [(&client, &upstream), (&upstream, &client)];
     let timeout = PollTimeout::try_from(idle).unwrap_or(PollTimeout::MAX);
     loop {
@@ -181,11 +210,14 @@ pub(crate) fn relay(
         if dirs.iter().all(|d| d.done) {
             return Ok(());
         }
-        let mut fds = Vec::with_capacity(2);
+        let mut fds = Vec::with_capacity(4);
         for (d, (src, dst)) in dirs.iter().zip(ends) {
-            if let Some((on_src, flags)) = d.interest() {
-                let fd = if on_src { src.as_fd() } else { dst.as_fd() };
-                fds.push(PollFd::new(fd, flags));
+            let (read, write) = d.interest();
+            if read {
+                fds.push(PollFd::new(src.as_fd(), PollFlags::POLLIN));
+            }
+            if write {
+                fds.push(PollFd::new(dst.as_fd(), PollFlags::POLLOUT));
             }
         }
         match poll(&mut fds, timeout) {
@@ -194,5 +226,61 @@ pub(crate) fn relay(
             Err(Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
+
+    /// A connected pair of loopback TCP streams.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn check(use_splice: bool) {
+        let (mut client, client_side) = pair();
+        let (upstream_side, mut server) = pair();
+        let t = thread::spawn(move || {
+            relay_with(
+                client_side,
+                upstream_side,
+                b"early:",
+                Duration::from_secs(10),
+                use_splice,
+            )
+        });
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let expect = data.clone();
+        let w = thread::spawn(move || {
+            client.write_all(&data).unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+            let mut back = String::new();
+            client.read_to_string(&mut back).unwrap();
+            back
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).unwrap();
+        assert_eq!(&got[..6], b"early:");
+        assert!(got[6..] == expect[..], "payload differs");
+        server.write_all(b"reply after half-close").unwrap();
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(w.join().unwrap(), "reply after half-close");
+        t.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn splice_relay_carries_data_and_half_close() {
+        check(true);
+    }
+
+    #[test]
+    fn copy_fallback_carries_data_and_half_close() {
+        check(false);
     }
 }

@@ -429,6 +429,26 @@ fn json_log_has_one_line_per_request() {
 }
 
 #[test]
+fn idle_tunnel_is_closed() {
+    let echo = echo_server();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let cfg = config(&[&format!("allowed.test:{echo}")]);
+    let _p = start_with_idle(l, cfg, Duration::from_millis(300)).unwrap();
+    let (code, mut s) = connect(addr, &format!("allowed.test:{echo}"));
+    assert_eq!(code, 200);
+    // Traffic keeps it open past the timeout...
+    for _ in 0..4 {
+        thread::sleep(Duration::from_millis(150));
+        assert_echo(&mut s, b"ping");
+    }
+    // ...silence closes it.
+    let t = std::time::Instant::now();
+    assert_eq!(read_all(&mut s), "");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
 fn stop_is_prompt_and_closes_the_port() {
     let (p, addr) = proxy(config(&["allowed.test"]));
     let t = std::time::Instant::now();
@@ -471,8 +491,11 @@ fn bulk_transfer_is_intact() {
     assert_eq!(got, total);
 }
 
-/// Throughput against direct loopback, 200 MB each way (run with `--ignored`,
-/// preferably `--release`): prints the ratio and asserts at least 0.9.
+/// Throughput against direct loopback, 200 MB (`CORDON_BENCH_MB` to change), best of 7
+/// rounds; run with `--release -- --ignored --nocapture`. Prints the ratio and asserts
+/// the 0.9 target. On the 2-vCPU development machine it measured 0.5-0.7: the proxy
+/// thread itself is ~15% of CPU samples (splice moves pages, no copies), but the extra
+/// loopback hop doubles TCP processing while writer, proxy and reader share two CPUs.
 #[test]
 #[ignore]
 fn throughput_vs_direct() {
@@ -483,7 +506,12 @@ fn throughput_vs_direct() {
             for s in l.incoming() {
                 let Ok(mut s) = s else { continue };
                 thread::spawn(move || {
-                    let _ = io::copy(&mut s, &mut io::sink());
+                    let mut buf = vec![0u8; 256 * 1024];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
                     let _ = s.write_all(b"k");
                 });
             }
@@ -493,19 +521,23 @@ fn throughput_vs_direct() {
     fn push(mut s: TcpStream) -> f64 {
         let block = vec![0x5au8; 1 << 20];
         let t = std::time::Instant::now();
-        for _ in 0..200 {
+        let mb: usize = std::env::var("CORDON_BENCH_MB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200);
+        for _ in 0..mb {
             s.write_all(&block).unwrap();
         }
         s.shutdown(Shutdown::Write).unwrap();
         let mut k = [0u8; 1];
         s.read_exact(&mut k).unwrap();
-        200.0 / t.elapsed().as_secs_f64()
+        mb as f64 / t.elapsed().as_secs_f64()
     }
     let port = sink_server();
     let (_p, addr) = proxy(config(&[&format!("allowed.test:{port}")]));
     let mut best_direct: f64 = 0.0;
     let mut best_proxy: f64 = 0.0;
-    for _ in 0..3 {
+    for _ in 0..7 {
         best_direct = best_direct.max(push(TcpStream::connect(("127.0.0.1", port)).unwrap()));
         let (code, s) = connect(addr, &format!("allowed.test:{port}"));
         assert_eq!(code, 200);

@@ -1,13 +1,10 @@
 //! cordon: run one command inside a sandbox described by a TOML policy.
-<<<<<<< HEAD
 //!
 //! The pipeline, one way: `cli` → `policy` (pure data) → `plan` (resolved against the
 //! machine, pure) → `enforce` (the only confining syscalls) → `supervise`.
 
 pub mod cli;
-=======
 /// The egress proxy for network mode `egress` (see DESIGN.md, "Network").
->>>>>>> egress
 pub mod egress;
 pub mod enforce;
 pub mod explain;

@@ -266,7 +266,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
         &mut degraded,
     );
     let seccomp = SeccompPlan {
-        deny_inet_sockets: !net.namespace && net.mode != NetMode::Host,
+        deny_inet_sockets: !net.namespace && net.mode == NetMode::None,
         deny_unix_sockets: !view && !policy.allow_unix_sockets,
         deny_user_namespaces: true,
     };

@@ -199,12 +199,16 @@ impl<'a> Merger<'a> {
             })?;
         }
         for entry in net.allow {
+            crate::egress::AllowRule::parse(entry.get_ref())
+                .map_err(|m| span_error(src, &entry, m))?;
             self.policy.net_allow.push(Located {
                 value: entry.get_ref().clone(),
                 origin: origin_at(src, entry.span().start),
             });
         }
         for (name, ip) in net.hosts {
+            crate::egress::parse_host_pin(&format!("{name}={}", ip.get_ref()))
+                .map_err(|m| span_error(src, &ip, m))?;
             self.policy.net_hosts.push(Located {
                 origin: origin_at(src, ip.span().start),
                 value: (name, ip.into_inner()),
@@ -312,6 +316,8 @@ impl<'a> Merger<'a> {
             self.policy.net_mode = mode;
         }
         for host in &o.allow_hosts {
+            crate::egress::AllowRule::parse(host)
+                .map_err(|m| PolicyError::plain("command line (--allow-host)", m))?;
             self.policy.net_allow.push(Located {
                 value: host.clone(),
                 origin: Origin::command_line("--allow-host"),
@@ -321,6 +327,8 @@ impl<'a> Merger<'a> {
             self.policy.net_mode = NetMode::Egress;
         }
         for pin in &o.add_hosts {
+            crate::egress::parse_host_pin(pin)
+                .map_err(|m| PolicyError::plain("command line (--add-host)", m))?;
             let (name, ip) = pin.split_once('=').ok_or_else(|| {
                 PolicyError::plain(
                     "command line (--add-host)",
@@ -807,6 +815,7 @@ mod tests {
             ("[process.limits]\nas = \"8 lightyears\"\n", "unknown unit"),
             ("[process]\ntimeout = \"soon\"\n", "duration \"soon\""),
             ("[enforce]\nmode = \"lenient\"\n", "unknown enforce mode"),
+            ("[net]\nallow = [\"*\"]\n", "p.toml:2:10"),
             ("[fs\n", "p.toml:1"),
         ] {
             let p = write(&d, "p.toml", text);

@@ -4,6 +4,7 @@
 //! machine, pure) → `enforce` (the only confining syscalls) → `supervise`.
 
 pub mod cli;
+pub mod enforce;
 pub mod plan;
 pub mod policy;
 pub mod units;

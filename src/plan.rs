@@ -578,12 +578,8 @@ fn view_mounts(
 
     let dev = Path::new("/dev");
     let proc_path = Path::new("/proc");
-    let mut dev_needed = false;
     for rule in &ordered {
         let path = rule.resolved.clone().expect("filtered");
-        if path.starts_with(dev) {
-            dev_needed = true;
-        }
         let parent = enclosing(rules, &path);
         match rule.access {
             Access::Deny => {
@@ -624,19 +620,23 @@ fn view_mounts(
             }
         }
     }
-    if dev_needed || true {
-        // Every view has the minimal /dev; it is mounted before anything below it.
-        let at = mounts
-            .iter()
-            .position(|m| matches!(m, Mount::Bind { target, .. } if target.starts_with(dev)))
-            .unwrap_or(mounts.len());
-        mounts.insert(
-            at,
-            Mount::Dev {
-                target: dev.to_path_buf(),
-            },
-        );
-    }
+    // Every view has the minimal /dev; it is mounted before anything below it (binds of
+    // extra nodes, and masks of denied paths under a /dev grant).
+    let at = mounts
+        .iter()
+        .position(|m| match m {
+            Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
+                target.starts_with(dev)
+            }
+            _ => false,
+        })
+        .unwrap_or(mounts.len());
+    mounts.insert(
+        at,
+        Mount::Dev {
+            target: dev.to_path_buf(),
+        },
+    );
 
     // The private scratch: the run dir at /run/cordon, its tmp at /tmp as well.
     let run = Path::new(VIEW_SCRATCH);

@@ -822,3 +822,541 @@ fn pivot(root: i32) -> Step<()> {
     // SAFETY: NUL-terminated path.
     check(unsafe { libc::chdir(c"/".as_ptr()) }, "chdir /")
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every view is built in a forked child that has unshared its own namespaces, never
+    //! in the test process. Fixtures live under a fresh temp dir removed afterwards.
+    use super::*;
+    use std::fs;
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::FromRawFd as _;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const NOBODY: u32 = 65534;
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> TempDir {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::SeqCst);
+            let dir = std::env::temp_dir().join(format!("cordon-view-{}-{n}", std::process::id()));
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+            TempDir(dir.canonicalize().unwrap())
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dev_ino(p: &Path) -> (u64, u64) {
+        let m = fs::symlink_metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    fn bind(source: &Path, read_only: bool, exec: bool) -> Mount {
+        Mount::Bind {
+            source: source.to_path_buf(),
+            target: source.to_path_buf(),
+            is_dir: source.is_dir(),
+            read_only,
+            exec,
+            device: false,
+            dev_ino: dev_ino(source),
+        }
+    }
+
+    /// The host's system dirs as the plan would list them: merged-/usr symlinks, rx binds.
+    fn system_mounts() -> Vec<Mount> {
+        let mut out = Vec::new();
+        for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let p = Path::new("/").join(name);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => out.push(Mount::Symlink {
+                    link: fs::read_link(&p).unwrap(),
+                    target: p,
+                }),
+                Ok(m) if m.is_dir() => out.push(bind(&p, true, true)),
+                _ => {}
+            }
+        }
+        out.push(bind(Path::new("/usr"), true, true));
+        out
+    }
+
+    fn cstr(s: &str) -> CString {
+        CString::new(s).unwrap()
+    }
+
+    /// Raw write of a whole buffer, for the forked children.
+    fn write_all(fd: i32, mut buf: &[u8]) {
+        while !buf.is_empty() {
+            // SAFETY: `buf` is a valid readable slice of the length passed.
+            let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return;
+            }
+            buf = &buf[n as usize..];
+        }
+    }
+
+    fn write_file(path: &CStr, data: &[u8]) -> bool {
+        // SAFETY: NUL-terminated path; the descriptor is closed below.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: `data` is a valid slice of the length passed.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        // SAFETY: `fd` was opened above.
+        unsafe { libc::close(fd) };
+        n == data.len() as isize
+    }
+
+    /// Run `body` in a grandchild that is PID 1 of new PID and mount namespaces (and a new
+    /// user namespace as uid/gid 65534 when `unprivileged`). `body`'s error comes back
+    /// through a pipe; the grandchild's exit code is the result.
+    fn in_namespaces(
+        unprivileged: bool,
+        body: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        // SAFETY: the child only makes raw syscalls until it forks the grandchild, which
+        // runs `body` and exits with `_exit`, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: raw syscalls on our own process; every path ends in `_exit`.
+            unsafe {
+                libc::close(rd);
+                let fail = |what: &[u8]| -> ! {
+                    write_all(wr, what);
+                    libc::_exit(100)
+                };
+                let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+                if unprivileged {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
+                        || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
+                    {
+                        fail(b"drop to nobody");
+                    }
+                    // Changing uid made us non-dumpable: /proc/self would be root's.
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                    flags |= libc::CLONE_NEWUSER;
+                }
+                if libc::unshare(flags) != 0 {
+                    fail(b"unshare");
+                }
+                if unprivileged
+                    && !(write_file(c"/proc/self/setgroups", b"deny")
+                        && write_file(c"/proc/self/uid_map", b"65534 65534 1")
+                        && write_file(c"/proc/self/gid_map", b"65534 65534 1"))
+                {
+                    fail(b"write the id maps");
+                }
+                let pid = libc::fork();
+                if pid < 0 {
+                    fail(b"fork the grandchild");
+                }
+                if pid == 0 {
+                    let code = match body() {
+                        Ok(()) => 0,
+                        Err(msg) => {
+                            write_all(wr, msg.as_bytes());
+                            1
+                        }
+                    };
+                    libc::_exit(code);
+                }
+                let mut status = 0;
+                if libc::waitpid(pid, &mut status, 0) != pid {
+                    fail(b"waitpid");
+                }
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    fail(b"the grandchild was killed by a signal")
+                };
+                libc::_exit(code);
+            }
+        }
+        // SAFETY: our copy of the write end; the read end is ours to own.
+        unsafe { libc::close(wr) };
+        // SAFETY: `rd` is an open pipe end owned by nobody else.
+        let mut pipe = unsafe { fs::File::from_raw_fd(rd) };
+        let mut msg = String::new();
+        pipe.read_to_string(&mut msg).unwrap();
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child killed: {status}");
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            code => Err(format!("exit {code}: {msg}")),
+        }
+    }
+
+    fn ensure(ok: bool, what: &str) -> Result<(), String> {
+        if ok {
+            Ok(())
+        } else {
+            Err(what.to_string())
+        }
+    }
+
+    fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+        r.err().and_then(|e| e.raw_os_error())
+    }
+
+    /// A workspace with a denied dir, a denied file, a read-only `.git` and an rx
+    /// carve-out inside the denied dir.
+    struct Fixture {
+        dir: TempDir,
+        ws: PathBuf,
+        outside: PathBuf,
+        scratch: PathBuf,
+    }
+
+    fn fixture(owner: Option<u32>) -> Fixture {
+        let dir = TempDir::new();
+        let ws = dir.0.join("ws");
+        fs::create_dir_all(ws.join("secrets/bin")).unwrap();
+        fs::create_dir_all(ws.join(".git")).unwrap();
+        fs::write(ws.join(".env"), "TOKEN=hunter2\n").unwrap();
+        fs::write(ws.join("secrets/key"), "private\n").unwrap();
+        fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        for (path, code) in [("secrets/bin/tool", 7), ("run.sh", 0)] {
+            let p = ws.join(path);
+            fs::write(&p, format!("#!/bin/sh\nexit {code}\n")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let outside = dir.0.join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("file"), "host\n").unwrap();
+        let scratch = dir.0.join("scratch");
+        fs::create_dir(&scratch).unwrap();
+        if let Some(uid) = owner {
+            for p in [&ws, &scratch] {
+                std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+            }
+        }
+        Fixture {
+            dir,
+            ws,
+            outside,
+            scratch,
+        }
+    }
+
+    fn fixture_mounts(f: &Fixture) -> Vec<Mount> {
+        let mut m = system_mounts();
+        m.push(Mount::Proc {
+            target: "/proc".into(),
+        });
+        m.push(bind(&f.ws, false, false));
+        m.push(Mount::MaskDir {
+            target: f.ws.join("secrets"),
+        });
+        m.push(Mount::MaskFile {
+            target: f.ws.join(".env"),
+        });
+        m.push(bind(&f.ws.join(".git"), true, false));
+        m.push(bind(&f.ws.join("secrets/bin"), true, true));
+        m.push(Mount::Dev {
+            target: "/dev".into(),
+        });
+        m.push(Mount::Bind {
+            source: f.scratch.clone(),
+            target: "/run/cordon".into(),
+            is_dir: true,
+            read_only: false,
+            exec: true,
+            device: false,
+            dev_ino: (0, 0),
+        });
+        m
+    }
+
+    /// What the command must see inside the view built from `fixture_mounts`.
+    fn check_view(f: &Fixture) -> Result<(), String> {
+        let ws = &f.ws;
+        // SAFETY: getpid has no preconditions.
+        ensure(unsafe { libc::getpid() } == 1, "not PID 1")?;
+        ensure(
+            std::env::current_dir().ok().as_deref() == Some(Path::new("/")),
+            "cwd is not /",
+        )?;
+        let env = fs::read(ws.join(".env")).map_err(|e| format!(".env: {e}"))?;
+        ensure(env.is_empty(), ".env is not empty")?;
+        ensure(
+            errno_of(fs::write(ws.join(".env"), "x")) == Some(libc::EROFS),
+            ".env mask is writable",
+        )?;
+        let mut names: Vec<_> = fs::read_dir(ws.join("secrets"))
+            .map_err(|e| format!("ls secrets: {e}"))?
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        ensure(names == ["bin"], &format!("secrets lists {names:?}"))?;
+        ensure(
+            errno_of(fs::write(ws.join("secrets/new"), "x")) == Some(libc::EROFS),
+            "secrets mask is writable",
+        )?;
+        ensure(
+            errno_of(fs::write(ws.join(".git/x"), "x")) == Some(libc::EROFS),
+            ".git is writable",
+        )?;
+        ensure(
+            fs::read_to_string(ws.join(".git/HEAD")).is_ok_and(|s| s.starts_with("ref:")),
+            ".git/HEAD unreadable",
+        )?;
+        fs::write(ws.join("written-inside"), "ok").map_err(|e| format!("write ws: {e}"))?;
+        fs::write("/run/cordon/scratch-file", "ok").map_err(|e| format!("scratch: {e}"))?;
+        // The merged-/usr symlinks and the rx binds: a shell runs.
+        let sh = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 3"])
+            .status()
+            .map_err(|e| format!("/bin/sh: {e}"))?;
+        ensure(sh.code() == Some(3), "/bin/sh did not run")?;
+        // The rx carve-out inside the mask executes; the rw workspace does not.
+        let tool = std::process::Command::new(ws.join("secrets/bin/tool"))
+            .status()
+            .map_err(|e| format!("tool: {e}"))?;
+        ensure(tool.code() == Some(7), "carve-out tool did not run")?;
+        let noexec = std::process::Command::new(ws.join("run.sh")).status();
+        ensure(
+            errno_of(noexec) == Some(libc::EACCES),
+            "the rw workspace is executable",
+        )?;
+        // Only the sandbox's processes.
+        let pids: Vec<String> = fs::read_dir("/proc")
+            .map_err(|e| format!("ls /proc: {e}"))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .collect();
+        ensure(
+            pids.contains(&"1".to_string()) && pids.len() <= 3,
+            &format!("/proc lists {pids:?}"),
+        )?;
+        // The minimal /dev.
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .and_then(|mut f| f.write_all(b"x"))
+            .map_err(|e| format!("/dev/null: {e}"))?;
+        let mut zero = [1u8; 4];
+        fs::File::open("/dev/zero")
+            .and_then(|mut f| f.read_exact(&mut zero))
+            .map_err(|e| format!("/dev/zero: {e}"))?;
+        ensure(zero == [0; 4], "/dev/zero")?;
+        ensure(
+            fs::read_link("/dev/ptmx").ok().as_deref() == Some(Path::new("pts/ptmx")),
+            "/dev/ptmx link",
+        )?;
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/ptmx")
+            .map_err(|e| format!("open /dev/ptmx: {e}"))?;
+        fs::write("/dev/shm/x", "x").map_err(|e| format!("/dev/shm: {e}"))?;
+        ensure(
+            errno_of(fs::write("/dev/new", "x")) == Some(libc::EROFS),
+            "/dev is writable",
+        )?;
+        ensure(
+            fs::read_link("/dev/stdout").ok().as_deref() == Some(Path::new("/proc/self/fd/1")),
+            "/dev/stdout link",
+        )?;
+        // Nothing else of the host.
+        for p in [f.outside.as_path(), Path::new("/etc"), Path::new("/root")] {
+            ensure(
+                errno_of(fs::symlink_metadata(p)) == Some(libc::ENOENT),
+                &format!("{} is visible", p.display()),
+            )?;
+        }
+        ensure(
+            errno_of(fs::symlink_metadata(Path::new("/").join(".cordon-empty")))
+                == Some(libc::ENOENT),
+            "the empty mask file is left over",
+        )?;
+        ensure(
+            errno_of(fs::write("/top-level", "x")) == Some(libc::EROFS),
+            "the new root is writable",
+        )?;
+        Ok(())
+    }
+
+    fn run_view(unprivileged: bool) {
+        let f = fixture(unprivileged.then_some(NOBODY));
+        let view = prepare(&fixture_mounts(&f)).unwrap();
+        let r = in_namespaces(unprivileged, || {
+            view.apply().map_err(|e| e.to_string())?;
+            check_view(&f)
+        });
+        r.unwrap();
+        // The rw bind reached the host; the masks left the host files alone.
+        assert_eq!(
+            fs::read_to_string(f.ws.join("written-inside")).unwrap(),
+            "ok"
+        );
+        assert_eq!(
+            fs::read_to_string(f.scratch.join("scratch-file")).unwrap(),
+            "ok"
+        );
+        assert!(fs::read_to_string(f.ws.join(".env"))
+            .unwrap()
+            .starts_with("TOKEN"));
+        assert!(!f.ws.join(".git/x").exists());
+        let _ = &f.dir;
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn view_as_root() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        run_view(false);
+    }
+
+    #[test]
+    fn view_in_user_namespace() {
+        if !is_root() {
+            eprintln!("skipped: needs root to become uid 65534 first");
+            return;
+        }
+        run_view(true);
+    }
+
+    /// The source of a bind is swapped after `prepare`: apply must refuse it.
+    fn swapped(replace: impl Fn(&Path, &Path)) -> StepError {
+        let dir = TempDir::new();
+        let data = dir.0.join("data");
+        let other = dir.0.join("other");
+        fs::create_dir(&data).unwrap();
+        fs::create_dir(&other).unwrap();
+        let view = prepare(&[bind(&data, true, false)]).unwrap();
+        fs::rename(&data, dir.0.join("data.old")).unwrap();
+        replace(&data, &other);
+        let mut got = None;
+        let r = in_namespaces(false, || match view.apply() {
+            Ok(()) => Err("apply accepted a swapped source".into()),
+            Err(e) => Err(format!("{}|{}|{}", e.step, e.errno, e.index)),
+        });
+        let msg = r.unwrap_err();
+        let fields: Vec<&str> = msg.split_once(": ").unwrap().1.split('|').collect();
+        if let [step, errno, index] = fields[..] {
+            let step = [
+                "open source",
+                "source changed since plan",
+                "open_tree",
+                "mount_setattr",
+            ]
+            .into_iter()
+            .find(|s| *s == step)
+            .unwrap_or_else(|| panic!("unexpected step: {msg}"));
+            got = Some(StepError {
+                step,
+                errno: errno.parse().unwrap(),
+                index: index.parse().unwrap(),
+            });
+        }
+        got.unwrap_or_else(|| panic!("unexpected report: {msg}"))
+    }
+
+    #[test]
+    fn source_swapped_for_a_symlink_is_refused() {
+        if !is_root() {
+            return;
+        }
+        let e = swapped(|data, other| std::os::unix::fs::symlink(other, data).unwrap());
+        assert_eq!(
+            e,
+            StepError {
+                step: "open source",
+                errno: libc::ELOOP,
+                index: 0
+            }
+        );
+    }
+
+    #[test]
+    fn source_replaced_after_plan_is_refused() {
+        if !is_root() {
+            return;
+        }
+        let e = swapped(|data, _| fs::create_dir(data).unwrap());
+        assert_eq!(
+            e,
+            StepError {
+                step: "source changed since plan",
+                errno: libc::ESTALE,
+                index: 0
+            }
+        );
+    }
+
+    #[test]
+    fn target_inside_a_host_bind_is_never_created() {
+        if !is_root() {
+            return;
+        }
+        let f = fixture(None);
+        let mounts = vec![
+            bind(&f.ws, false, false),
+            Mount::Bind {
+                source: f.scratch.clone(),
+                target: f.ws.join("not-on-host"),
+                is_dir: true,
+                read_only: false,
+                exec: false,
+                device: false,
+                dev_ino: (0, 0),
+            },
+        ];
+        let view = prepare(&mounts).unwrap();
+        let r = in_namespaces(false, || match view.apply() {
+            Err(e) if e.errno == libc::ENOENT && e.index == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+        r.unwrap();
+        assert!(!f.ws.join("not-on-host").exists());
+    }
+
+    #[test]
+    fn prepare_refuses_bad_targets() {
+        let m = |t: &str| Mount::MaskDir { target: t.into() };
+        assert!(prepare(&[m("relative/path")]).is_err());
+        assert!(prepare(&[m("/a/../b")]).is_err());
+        assert!(prepare(&[m("/")]).is_err());
+        assert!(prepare(&[m("/a/./b")]).is_ok()); // `Path` normalizes `.` away
+        let dev = Mount::Dev {
+            target: "/dev".into(),
+        };
+        assert!(prepare(&[dev.clone(), dev]).is_err());
+        let many: Vec<Mount> = (0..=MAX_MOUNTS).map(|i| m(&format!("/m{i}"))).collect();
+        assert!(prepare(&many).is_err());
+        let v = prepare(&[m("/a/b")]).unwrap();
+        assert_eq!(v.len(), 1);
+        assert!(
+            matches!(&v.ops[0], Op::MaskDir { target } if target.as_c_str() == cstr("a/b").as_c_str())
+        );
+    }
+}

@@ -680,19 +680,23 @@ fn view_mounts(
             }
         }
     }
-    {
-        // Every view has the minimal /dev; it is mounted before anything below it.
-        let at = mounts
-            .iter()
-            .position(|m| matches!(m, Mount::Bind { target, .. } if target.starts_with(dev)))
-            .unwrap_or(mounts.len());
-        mounts.insert(
-            at,
-            Mount::Dev {
-                target: dev.to_path_buf(),
-            },
-        );
-    }
+    // Every view has the minimal /dev; it is mounted before anything below it (binds of
+    // extra nodes, and masks of denied paths under a /dev grant).
+    let at = mounts
+        .iter()
+        .position(|m| match m {
+            Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
+                target.starts_with(dev)
+            }
+            _ => false,
+        })
+        .unwrap_or(mounts.len());
+    mounts.insert(
+        at,
+        Mount::Dev {
+            target: dev.to_path_buf(),
+        },
+    );
 
     // The private scratch: the run dir at /run/cordon, its tmp at /tmp as well.
     let run = Path::new(VIEW_SCRATCH);
@@ -731,6 +735,17 @@ fn view_mounts(
             });
         }
     }
+    // Outermost first: the private /tmp must be in place before a grant below /tmp (a
+    // workspace in /tmp stays visible). The sort is stable, so a carve-out still follows
+    // the mask it sits in.
+    mounts.sort_by_key(|m| match m {
+        Mount::Symlink { .. } => 0,
+        Mount::Bind { target, .. }
+        | Mount::MaskDir { target }
+        | Mount::MaskFile { target }
+        | Mount::Proc { target }
+        | Mount::Dev { target } => target.components().count(),
+    });
     mounts
 }
 
@@ -800,6 +815,13 @@ fn landlock_plan(
         if policy.tmp == Location::Private {
             private.push(PathBuf::from("/tmp"));
         }
+        // The view's root holds only what was granted: listing it (and the directories
+        // leading to a grant) reveals nothing more. Denied directories are empty masks.
+        out.push(LandlockRule {
+            path: PathBuf::from("/"),
+            access: Access::Ro,
+            rights: AccessFs::ReadDir as u64,
+        });
         // The minimal /dev: its pty instance and shm are private to the run.
         private.push(PathBuf::from("/dev/pts"));
         private.push(PathBuf::from("/dev/shm"));

@@ -216,8 +216,18 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         if !report.is_exec() {
             launch::signal(child.pid, libc::SIGKILL);
             let _ = wait_exit(child.pid);
+            let mount = report
+                .index
+                .and_then(|i| plan.mounts.get(i))
+                .map(|m| {
+                    format!(
+                        " (view mount {})",
+                        serde_json::to_string(m).unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
             bail!(
-                "setting up the sandbox failed at `{}`: {}",
+                "setting up the sandbox failed at `{}`{mount}: {}",
                 report.step,
                 std::io::Error::from_raw_os_error(report.errno)
             );

@@ -339,9 +339,14 @@ pub fn read_status(fd: &OwnedFd) -> Option<i32> {
 
 /// Write a step error record and exit. No allocation: a stack buffer and raw write.
 fn fail(err_w: RawFd, e: StepError, code: i32) -> ! {
+    fail_at(err_w, e, u32::MAX, code)
+}
+
+/// [`fail`] for a step that belongs to one entry of a list (a mount of the view).
+fn fail_at(err_w: RawFd, e: StepError, index: u32, code: i32) -> ! {
     let mut buf = [0u8; 128];
     buf[0..4].copy_from_slice(&e.errno.to_le_bytes());
-    buf[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    buf[4..8].copy_from_slice(&index.to_le_bytes());
     let step = e.step.as_bytes();
     let n = step.len().min(buf.len() - 9);
     buf[8] = n as u8;
@@ -423,7 +428,13 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
         check(err_w, egress_listen(egress_w));
     }
     if let Some(view) = &p.view {
-        check(err_w, view.apply());
+        if let Err(e) = view.apply() {
+            let step = StepError {
+                step: e.step,
+                errno: e.errno,
+            };
+            fail_at(err_w, step, u32::try_from(e.index).unwrap_or(u32::MAX), 125);
+        }
     }
 
     // SAFETY: fork from the single-threaded init.

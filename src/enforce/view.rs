@@ -1,17 +1,1362 @@
-//! Placeholder until the view lands.
-use super::StepError;
-/// Prepared view.
-pub struct PreparedView;
-/// Prepare.
-pub fn prepare(_mounts: &[crate::plan::Mount]) -> anyhow::Result<PreparedView> {
-    anyhow::bail!("the view is not implemented yet")
+//! The view: the command's private root, built from the plan's mount list inside the run's
+//! own mount namespace (DESIGN.md, "Enforcement layers", item 1).
+//!
+//! Two halves, split by the fork:
+//!
+//! * [`prepare`] runs in the parent before the fork. It checks the list and converts every
+//!   path to a `CString`; it may allocate, and it opens nothing.
+//! * [`PreparedView::apply`] runs in the child after the fork, as PID 1 of the run's PID
+//!   namespace, inside its own mount namespace (and user namespace when not root), with
+//!   full capabilities there. It is async-signal-safe: raw syscalls through `libc`, fixed
+//!   size arrays on the stack, no heap, no locks.
+//!
+//! What `apply` does, in order:
+//!
+//! 1. Makes every mount private (`MS_REC|MS_PRIVATE`), so nothing propagates to the host.
+//! 2. Pins every host source: opens it with `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`
+//!    (a symlink swapped in after `plan` is refused, `ELOOP`), compares `(dev, ino)` with the
+//!    plan's, clones it with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)` and applies the
+//!    rule's reductions (`mount_setattr`: nosuid, nodev unless a device, rdonly, noexec)
+//!    to the detached clone. Every source is cloned *before* anything is mounted, so no
+//!    mount of ours can hide or change a source.
+//! 3. Mounts the new root, a small tmpfs, over the staging directory [`STAGING`] (`/tmp`).
+//!    `/tmp` exists on every Linux host and container. Covering it happens only inside
+//!    the run's private mount namespace, never on the host, and since every source was
+//!    already cloned in step 2, sources under `/tmp` (the scratch dir, a workspace) are
+//!    unaffected. Nothing is created or written on the host.
+//! 4. Carries out the list, in order. Mountpoints are found beneath the new root one
+//!    component at a time with `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`, so a
+//!    symlink planted by a host process inside an earlier read-write bind is never
+//!    followed; a missing mountpoint is created only on a tmpfs of our own (the new root,
+//!    a mask, `/dev`), never inside a host bind (that is refused with `ENOENT`). Mounts
+//!    are attached with `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint.
+//! 5. Makes the masks, `/dev`'s tmpfs and the new root itself read-only, removes the
+//!    empty file used for file masks, `pivot_root(".", ".")` into the new root, detaches
+//!    the old root (`umount2(MNT_DETACH)`) and `chdir("/")`. Every descriptor it opened is
+//!    closed on return, on success and on error.
+
+use crate::plan::Mount;
+use anyhow::{bail, Context as _};
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+/// At most this many mounts in one view (fixed-size arrays in `apply`).
+pub const MAX_MOUNTS: usize = 256;
+
+/// `StepError::index` for a step that belongs to no single mount of the list.
+pub const NO_INDEX: usize = usize::MAX;
+
+/// The host directory the new root is mounted over, inside the private mount namespace.
+pub const STAGING: &CStr = c"/tmp";
+
+/// The empty file bound over denied files; created in the new root, removed at the end.
+const EMPTY_FILE: &CStr = c".cordon-empty";
+
+/// Host device nodes bound into the minimal `/dev`; a missing one is skipped.
+const DEV_NODES: [(&CStr, &CStr); 6] = [
+    (c"/dev/null", c"null"),
+    (c"/dev/zero", c"zero"),
+    (c"/dev/full", c"full"),
+    (c"/dev/random", c"random"),
+    (c"/dev/urandom", c"urandom"),
+    (c"/dev/tty", c"tty"),
+];
+
+/// Symlinks created in the minimal `/dev`: (name, points to).
+const DEV_LINKS: [(&CStr, &CStr); 5] = [
+    (c"ptmx", c"pts/ptmx"),
+    (c"fd", c"/proc/self/fd"),
+    (c"stdin", c"/proc/self/fd/0"),
+    (c"stdout", c"/proc/self/fd/1"),
+    (c"stderr", c"/proc/self/fd/2"),
+];
+
+// include/uapi/linux/mount.h; libc does not export these for every target.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+// include/uapi/linux/openat2.h
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+/// `struct open_how` (libc's is `non_exhaustive`).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
 }
+
+/// `struct mount_attr`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Which step of building the view failed, with the `errno` and the index in the mount
+/// list (or [`NO_INDEX`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepError {
+    pub step: &'static str,
+    pub errno: i32,
+    pub index: usize,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let err = std::io::Error::from_raw_os_error(self.errno);
+        if self.index == NO_INDEX {
+            write!(f, "view: {}: {err}", self.step)
+        } else {
+            write!(f, "view: mount #{}: {}: {err}", self.index, self.step)
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+/// A failed step not yet tied to a mount index.
+type Step<T> = Result<T, (&'static str, i32)>;
+
+fn at(index: usize) -> impl Fn((&'static str, i32)) -> StepError {
+    move |(step, errno)| StepError { step, errno, index }
+}
+
+/// Everything the view needs, converted before fork (`CString`s): `apply` does not allocate.
+#[derive(Debug)]
+pub struct PreparedView {
+    ops: Vec<Op>,
+}
+
+/// One mount, ready for `apply`. Targets are relative to the new root (no leading `/`).
+#[derive(Debug)]
+enum Op {
+    Bind {
+        source: CString,
+        target: CString,
+        is_dir: bool,
+        attr: u64,
+        dev_ino: (u64, u64),
+    },
+    MaskDir {
+        target: CString,
+    },
+    MaskFile {
+        target: CString,
+    },
+    Proc {
+        target: CString,
+    },
+    Dev {
+        target: CString,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+}
+
+/// Check the plan's mount list and convert it for [`PreparedView::apply`]. Runs before the
+/// fork; it allocates but opens nothing.
+pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
+    if mounts.len() > MAX_MOUNTS {
+        bail!(
+            "the view has {} mounts; at most {MAX_MOUNTS} are supported",
+            mounts.len()
+        );
+    }
+    let mut dev_seen = false;
+    let mut ops = Vec::with_capacity(mounts.len());
+    for (i, m) in mounts.iter().enumerate() {
+        let op = match m {
+            Mount::Bind {
+                source,
+                target,
+                is_dir,
+                read_only,
+                exec,
+                device,
+                dev_ino,
+            } => {
+                let mut attr = MOUNT_ATTR_NOSUID;
+                if !device {
+                    attr |= MOUNT_ATTR_NODEV;
+                }
+                if *read_only {
+                    attr |= MOUNT_ATTR_RDONLY;
+                }
+                if !exec {
+                    attr |= MOUNT_ATTR_NOEXEC;
+                }
+                Op::Bind {
+                    source: absolute(source).with_context(|| format!("view mount #{i}"))?,
+                    target: relative(target).with_context(|| format!("view mount #{i}"))?,
+                    is_dir: *is_dir,
+                    attr,
+                    dev_ino: *dev_ino,
+                }
+            }
+            Mount::MaskDir { target } => Op::MaskDir {
+                target: relative(target).with_context(|| format!("view mount #{i}"))?,
+            },
+            Mount::MaskFile { target } => Op::MaskFile {
+                target: relative(target).with_context(|| format!("view mount #{i}"))?,
+            },
+            Mount::Proc { target } => Op::Proc {
+                target: relative(target).with_context(|| format!("view mount #{i}"))?,
+            },
+            Mount::Dev { target } => {
+                if dev_seen {
+                    bail!("view mount #{i}: a second minimal /dev");
+                }
+                dev_seen = true;
+                Op::Dev {
+                    target: relative(target).with_context(|| format!("view mount #{i}"))?,
+                }
+            }
+            Mount::Symlink { target, link } => {
+                if link.as_os_str().is_empty() {
+                    bail!("view mount #{i}: empty symlink {}", target.display());
+                }
+                Op::Symlink {
+                    target: relative(target).with_context(|| format!("view mount #{i}"))?,
+                    link: CString::new(link.as_os_str().as_bytes())
+                        .with_context(|| format!("view mount #{i}: NUL in symlink"))?,
+                }
+            }
+        };
+        ops.push(op);
+    }
+    Ok(PreparedView { ops })
+}
+
+/// A normalized absolute host path as a C string.
+fn absolute(path: &Path) -> anyhow::Result<CString> {
+    if !path.is_absolute() || path.components().any(|c| !normal_or_root(c)) {
+        bail!(
+            "source `{}` is not a normalized absolute path",
+            path.display()
+        );
+    }
+    CString::new(path.as_os_str().as_bytes()).context("NUL in a path")
+}
+
+/// A normalized absolute view path, as a path relative to the new root. `/` itself is
+/// refused: the new root is cordon's own tmpfs.
+fn relative(path: &Path) -> anyhow::Result<CString> {
+    if !path.is_absolute() || path.components().any(|c| !normal_or_root(c)) {
+        bail!(
+            "target `{}` is not a normalized absolute path",
+            path.display()
+        );
+    }
+    let rel = path.strip_prefix("/").expect("absolute");
+    if rel.as_os_str().is_empty() {
+        bail!("a mount over `/` itself is not supported by the view");
+    }
+    CString::new(rel.as_os_str().as_bytes()).context("NUL in a path")
+}
+
+fn normal_or_root(c: Component<'_>) -> bool {
+    matches!(c, Component::Normal(_) | Component::RootDir)
+}
+
 impl PreparedView {
-    /// Apply.
+    /// The number of mounts in the list.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Build the view and pivot into it (see the module documentation). Runs in the child
+    /// after fork, as PID 1 of a new PID namespace, inside a new mount namespace (and user
+    /// namespace when not root) with full capabilities there. Async-signal-safe: no heap
+    /// allocation, no locks. On success the root is the view and the cwd is `/`; on error
+    /// the process is in an undefined half-built view and must exit.
     pub fn apply(&self) -> Result<(), StepError> {
-        Err(StepError {
-            step: "view",
-            errno: libc::ENOSYS,
-        })
+        let global = at(NO_INDEX);
+
+        // 1. Nothing propagates back to the host.
+        sys_mount(c"/", libc::MS_REC | libc::MS_PRIVATE).map_err(&global)?;
+
+        // 2. Pin and clone every source before anything is mounted.
+        let mut trees = [const { Fd(-1) }; MAX_MOUNTS];
+        let mut nodes = [const { Fd(-1) }; DEV_NODES.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            match op {
+                Op::Bind {
+                    source,
+                    is_dir,
+                    attr,
+                    dev_ino,
+                    ..
+                } => {
+                    trees[i] = clone_source(source, *is_dir, *dev_ino, *attr).map_err(at(i))?;
+                }
+                Op::Dev { .. } => {
+                    for (slot, (host, _)) in nodes.iter_mut().zip(DEV_NODES) {
+                        *slot = clone_dev_node(host).map_err(at(i))?;
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        // 3. The new root: a tmpfs over the staging dir, in this namespace only.
+        let root = new_fs(
+            c"tmpfs",
+            &[(c"mode", c"0755"), (c"size", c"1m")],
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+        )
+        .map_err(&global)?;
+        move_mount_to_path(root.0, STAGING).map_err(&global)?;
+        let mut owned = Owned::new();
+        owned.add(root.0).map_err(&global)?;
+
+        // 4. The list, in order.
+        let mut masks = [const { Fd(-1) }; MAX_MOUNTS];
+        let mut devfs = Fd(-1);
+        let mut empty = Fd(-1);
+        for (i, op) in self.ops.iter().enumerate() {
+            let err = at(i);
+            match op {
+                Op::Bind { target, is_dir, .. } => {
+                    let leaf = if *is_dir { Leaf::Dir } else { Leaf::File };
+                    let point = open_beneath(root.0, target, leaf, &owned).map_err(&err)?;
+                    move_mount_fd(trees[i].0, point.0).map_err(&err)?;
+                }
+                Op::MaskDir { target } => {
+                    let fs = new_fs(
+                        c"tmpfs",
+                        &[(c"mode", c"0755"), (c"size", c"16k")],
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                    )
+                    .map_err(&err)?;
+                    let point = open_beneath(root.0, target, Leaf::Dir, &owned).map_err(&err)?;
+                    move_mount_fd(fs.0, point.0).map_err(&err)?;
+                    owned.add(fs.0).map_err(&err)?;
+                    masks[i] = fs;
+                }
+                Op::MaskFile { target } => {
+                    if empty.0 < 0 {
+                        let name = Name::new(EMPTY_FILE.to_bytes()).map_err(&err)?;
+                        empty = open_leaf(root.0, &name, Leaf::File, &owned).map_err(&err)?;
+                    }
+                    let tree = open_tree(empty.0, 0).map_err(&err)?;
+                    set_attr(
+                        tree.0,
+                        0,
+                        MOUNT_ATTR_RDONLY
+                            | MOUNT_ATTR_NOSUID
+                            | MOUNT_ATTR_NODEV
+                            | MOUNT_ATTR_NOEXEC,
+                    )
+                    .map_err(&err)?;
+                    let point = open_beneath(root.0, target, Leaf::File, &owned).map_err(&err)?;
+                    move_mount_fd(tree.0, point.0).map_err(&err)?;
+                }
+                Op::Proc { target } => {
+                    let fs = new_fs(
+                        c"proc",
+                        &[],
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                    )
+                    .map_err(&err)?;
+                    let point = open_beneath(root.0, target, Leaf::Dir, &owned).map_err(&err)?;
+                    move_mount_fd(fs.0, point.0).map_err(&err)?;
+                }
+                Op::Dev { target } => {
+                    devfs = build_dev(root.0, target, &mut owned, &nodes).map_err(&err)?;
+                }
+                Op::Symlink { target, link } => {
+                    let (dir, name) = parent_beneath(root.0, target, &owned).map_err(&err)?;
+                    if !owned.contains(dir.0).map_err(&err)? {
+                        return Err(err(("symlink inside a host bind", libc::EPERM)));
+                    }
+                    // SAFETY: both strings are NUL-terminated and outlive the call.
+                    let r = unsafe { libc::symlinkat(link.as_ptr(), dir.0, name.as_ptr()) };
+                    check(r, "symlink").map_err(&err)?;
+                }
+            }
+        }
+
+        // 5. Seal and pivot.
+        for mask in masks.iter().filter(|m| m.0 >= 0) {
+            set_attr(mask.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
+        }
+        if devfs.0 >= 0 {
+            set_attr(devfs.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
+        }
+        if empty.0 >= 0 {
+            // SAFETY: a NUL-terminated name relative to an open directory descriptor.
+            let r = unsafe { libc::unlinkat(root.0, EMPTY_FILE.as_ptr(), 0) };
+            check(r, "remove the empty mask file").map_err(&global)?;
+        }
+        set_attr(root.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
+        pivot(root.0).map_err(&global)
+    }
+}
+
+/// An owned file descriptor, closed on drop (`-1`: none). `close` is async-signal-safe.
+#[derive(Debug)]
+struct Fd(i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: the descriptor is owned by this value and closed once.
+            unsafe { libc::close(self.0) };
+        }
+    }
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+fn check(r: libc::c_int, step: &'static str) -> Step<()> {
+    if r < 0 {
+        Err((step, errno()))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_fd(r: libc::c_long, step: &'static str) -> Step<Fd> {
+    if r < 0 {
+        Err((step, errno()))
+    } else {
+        Ok(Fd(r as i32))
+    }
+}
+
+fn sys_mount(target: &CStr, flags: libc::c_ulong) -> Step<()> {
+    // SAFETY: NULL source, fstype and data are allowed for a propagation change; the
+    // target is NUL-terminated.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    check(r, "make mounts private")
+}
+
+fn openat2(dir: i32, path: &CStr, flags: i32, resolve: u64) -> Result<Fd, i32> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve,
+    };
+    // SAFETY: `path` is NUL-terminated, `how` is a valid open_how of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(Fd(r as i32))
+    }
+}
+
+fn fstat(fd: i32) -> Result<libc::stat, i32> {
+    // SAFETY: all-zero is a valid `struct stat`; it is only read after fstat filled it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable `struct stat`.
+    let r = unsafe { libc::fstat(fd, &mut st) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(st)
+    }
+}
+
+fn open_tree(fd: i32, extra: libc::c_uint) -> Step<Fd> {
+    let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as libc::c_uint | extra;
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH names `fd` itself.
+    let r = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
+    check_fd(r, "open_tree")
+}
+
+fn set_attr(fd: i32, extra: libc::c_uint, attr_set: u64) -> Step<()> {
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint | extra;
+    // SAFETY: `attr` is a valid mount_attr of the size passed; empty path with AT_EMPTY_PATH.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check(r as libc::c_int, "mount_setattr")
+}
+
+fn move_mount_fd(from: i32, to: i32) -> Step<()> {
+    // SAFETY: empty NUL-terminated paths with both *_EMPTY_PATH flags name the descriptors.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            to,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    check(r as libc::c_int, "move_mount")
+}
+
+fn move_mount_to_path(from: i32, to: &CStr) -> Step<()> {
+    // SAFETY: empty source path with MOVE_MOUNT_F_EMPTY_PATH; `to` is NUL-terminated.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    check(r as libc::c_int, "mount the new root")
+}
+
+/// A new detached filesystem mount: `fsopen` + `fsconfig` + `fsmount`. An option with an
+/// empty value is a flag.
+fn new_fs(fstype: &'static CStr, opts: &[(&CStr, &CStr)], attrs: u64) -> Step<Fd> {
+    let step = match fstype.to_bytes() {
+        b"proc" => "mount proc",
+        b"devpts" => "mount devpts",
+        _ => "mount tmpfs",
+    };
+    // SAFETY: NUL-terminated filesystem type.
+    let r = unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) };
+    let fs = check_fd(r, step)?;
+    for (key, value) in opts {
+        let (cmd, value) = if value.is_empty() {
+            (FSCONFIG_SET_FLAG, std::ptr::null())
+        } else {
+            (FSCONFIG_SET_STRING, value.as_ptr())
+        };
+        // SAFETY: NUL-terminated key, and value NUL-terminated or NULL for a flag.
+        let r = unsafe { libc::syscall(libc::SYS_fsconfig, fs.0, cmd, key.as_ptr(), value, 0) };
+        check(r as libc::c_int, step)?;
+    }
+    // SAFETY: FSCONFIG_CMD_CREATE takes no key or value.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.0,
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    };
+    check(r as libc::c_int, step)?;
+    // SAFETY: `fs` is a configured filesystem context.
+    let r = unsafe { libc::syscall(libc::SYS_fsmount, fs.0, FSMOUNT_CLOEXEC, attrs) };
+    check_fd(r, step)
+}
+
+/// Open a host source without following any symlink, check it against the plan, and clone
+/// it detached with the rule's reductions applied.
+fn clone_source(source: &CStr, is_dir: bool, dev_ino: (u64, u64), attr: u64) -> Step<Fd> {
+    let fd = openat2(
+        libc::AT_FDCWD,
+        source,
+        libc::O_PATH,
+        RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(|e| ("open source", e))?;
+    let st = fstat(fd.0).map_err(|e| ("open source", e))?;
+    let now_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if (dev_ino != (0, 0) && (st.st_dev, st.st_ino) != dev_ino) || now_dir != is_dir {
+        return Err(("source changed since plan", libc::ESTALE));
+    }
+    let tree = open_tree(fd.0, libc::AT_RECURSIVE as libc::c_uint)?;
+    set_attr(tree.0, libc::AT_RECURSIVE as libc::c_uint, attr)?;
+    Ok(tree)
+}
+
+/// A host character device for the minimal `/dev`, cloned nosuid+noexec (device
+/// semantics kept). Missing: `Fd(-1)`, skipped.
+fn clone_dev_node(host: &CStr) -> Step<Fd> {
+    let fd = match openat2(
+        libc::AT_FDCWD,
+        host,
+        libc::O_PATH,
+        RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(libc::ENOENT) => return Ok(Fd(-1)),
+        Err(e) => return Err(("open a /dev node", e)),
+    };
+    let st = fstat(fd.0).map_err(|e| ("open a /dev node", e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        return Err(("a /dev node is not a character device", libc::ENODEV));
+    }
+    let tree = open_tree(fd.0, 0)?;
+    set_attr(tree.0, 0, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+    Ok(tree)
+}
+
+/// The minimal `/dev`: returns its tmpfs, to be made read-only at the end.
+fn build_dev(root: i32, target: &CStr, owned: &mut Owned, nodes: &[Fd]) -> Step<Fd> {
+    let dev = new_fs(
+        c"tmpfs",
+        &[(c"mode", c"0755"), (c"size", c"64k")],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+    )?;
+    let point = open_beneath(root, target, Leaf::Dir, owned)?;
+    move_mount_fd(dev.0, point.0)?;
+    owned.add(dev.0)?;
+    for (tree, (_, name)) in nodes.iter().zip(DEV_NODES) {
+        if tree.0 < 0 {
+            continue;
+        }
+        let point = open_leaf(dev.0, &Name::new(name.to_bytes())?, Leaf::File, owned)?;
+        move_mount_fd(tree.0, point.0)?;
+    }
+    // A private pty instance. No gid= option: gid 5 may not be mapped in a userns.
+    let pts = new_fs(
+        c"devpts",
+        &[
+            (c"newinstance", c""),
+            (c"ptmxmode", c"0666"),
+            (c"mode", c"0620"),
+        ],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+    )?;
+    let point = open_leaf(dev.0, &Name::new(b"pts")?, Leaf::Dir, owned)?;
+    move_mount_fd(pts.0, point.0)?;
+    let shm = new_fs(
+        c"tmpfs",
+        &[(c"mode", c"1777")],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+    )?;
+    let point = open_leaf(dev.0, &Name::new(b"shm")?, Leaf::Dir, owned)?;
+    move_mount_fd(shm.0, point.0)?;
+    for (name, link) in DEV_LINKS {
+        // SAFETY: NUL-terminated strings; `dev.0` is an open directory descriptor.
+        let r = unsafe { libc::symlinkat(link.as_ptr(), dev.0, name.as_ptr()) };
+        check(r, "symlink in /dev")?;
+    }
+    Ok(dev)
+}
+
+/// One path component, NUL-terminated, on the stack.
+struct Name {
+    buf: [u8; 256],
+}
+
+impl Name {
+    fn new(component: &[u8]) -> Step<Name> {
+        if component.is_empty() || component.len() > 255 || component.contains(&0) {
+            return Err(("bad path component", libc::ENAMETOOLONG));
+        }
+        if component == b"." || component == b".." {
+            return Err(("bad path component", libc::EINVAL));
+        }
+        let mut buf = [0u8; 256];
+        buf[..component.len()].copy_from_slice(component);
+        Ok(Name { buf })
+    }
+
+    fn as_cstr(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.buf).expect("NUL-terminated by construction")
+    }
+
+    fn as_ptr(&self) -> *const libc::c_char {
+        self.buf.as_ptr().cast()
+    }
+}
+
+/// The device numbers of the tmpfs mounts cordon made: the only places it creates files.
+struct Owned {
+    devs: [u64; MAX_MOUNTS + 4],
+    len: usize,
+}
+
+impl Owned {
+    fn new() -> Owned {
+        Owned {
+            devs: [0; MAX_MOUNTS + 4],
+            len: 0,
+        }
+    }
+
+    fn add(&mut self, fd: i32) -> Step<()> {
+        let st = fstat(fd).map_err(|e| ("stat a new tmpfs", e))?;
+        if self.len == self.devs.len() {
+            return Err(("too many tmpfs mounts", libc::ENOSPC));
+        }
+        self.devs[self.len] = st.st_dev;
+        self.len += 1;
+        Ok(())
+    }
+
+    fn contains(&self, fd: i32) -> Step<bool> {
+        let st = fstat(fd).map_err(|e| ("stat a mountpoint's directory", e))?;
+        Ok(self.devs[..self.len].contains(&st.st_dev))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leaf {
+    Dir,
+    File,
+}
+
+/// Open `rel` beneath `base`, creating what is missing (directories, and the leaf as a
+/// directory or an empty file) only on a tmpfs of cordon's own. Never follows a symlink.
+fn open_beneath(base: i32, rel: &CStr, leaf: Leaf, owned: &Owned) -> Step<Fd> {
+    let (dir, name) = parent_beneath(base, rel, owned)?;
+    open_leaf(dir.0, &name, leaf, owned)
+}
+
+/// The directory holding the last component of `rel` (created as needed), and that
+/// component.
+fn parent_beneath(base: i32, rel: &CStr, owned: &Owned) -> Step<(Fd, Name)> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we hold; the result is owned by `Fd`.
+    let r = unsafe { libc::fcntl(base, libc::F_DUPFD_CLOEXEC, 0) };
+    let mut dir = check_fd(r as libc::c_long, "dup")?;
+    let mut parts = rel
+        .to_bytes()
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty())
+        .peekable();
+    while let Some(part) = parts.next() {
+        let name = Name::new(part)?;
+        if parts.peek().is_none() {
+            return Ok((dir, name));
+        }
+        dir = open_leaf(dir.0, &name, Leaf::Dir, owned)?;
+    }
+    Err(("empty target", libc::EINVAL))
+}
+
+fn open_leaf(dir: i32, name: &Name, leaf: Leaf, owned: &Owned) -> Step<Fd> {
+    let flags = libc::O_PATH
+        | match leaf {
+            Leaf::Dir => libc::O_DIRECTORY,
+            Leaf::File => 0,
+        };
+    let resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    match openat2(dir, name.as_cstr(), flags, resolve) {
+        Ok(fd) => return Ok(fd),
+        Err(libc::ENOENT) => {}
+        Err(e) => return Err(("open mountpoint", e)),
+    }
+    if !owned.contains(dir)? {
+        return Err(("mountpoint missing inside a host bind", libc::ENOENT));
+    }
+    let r = match leaf {
+        // SAFETY: NUL-terminated name relative to an open directory descriptor.
+        Leaf::Dir => unsafe { libc::mkdirat(dir, name.as_ptr(), 0o755) },
+        Leaf::File => {
+            let flags =
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            // SAFETY: NUL-terminated name relative to an open directory; the new
+            // descriptor is closed right away by `Fd`.
+            let fd = unsafe { libc::openat(dir, name.as_ptr(), flags, 0o444 as libc::c_uint) };
+            drop(Fd(fd));
+            fd
+        }
+    };
+    if r < 0 && errno() != libc::EEXIST {
+        return Err(("create mountpoint", errno()));
+    }
+    openat2(dir, name.as_cstr(), flags, resolve).map_err(|e| ("open mountpoint", e))
+}
+
+/// Pivot into `root` and detach the old root.
+fn pivot(root: i32) -> Step<()> {
+    // SAFETY: `root` is an open directory descriptor.
+    check(unsafe { libc::fchdir(root) }, "chdir into the new root")?;
+    // SAFETY: NUL-terminated paths; pivot_root(".", ".") stacks the old root on the new.
+    let r = unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) };
+    check(r as libc::c_int, "pivot_root")?;
+    // SAFETY: NUL-terminated path; detaches the old root stacked on ".".
+    let r = unsafe { libc::umount2(c".".as_ptr(), libc::MNT_DETACH) };
+    check(r, "detach the old root")?;
+    // SAFETY: NUL-terminated path.
+    check(unsafe { libc::chdir(c"/".as_ptr()) }, "chdir /")
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every view is built in a forked child that has unshared its own namespaces, never
+    //! in the test process. Fixtures live under a fresh temp dir removed afterwards.
+    use super::*;
+    use std::fs;
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::FromRawFd as _;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const NOBODY: u32 = 65534;
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> TempDir {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::SeqCst);
+            let dir = std::env::temp_dir().join(format!("cordon-view-{}-{n}", std::process::id()));
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+            TempDir(dir.canonicalize().unwrap())
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dev_ino(p: &Path) -> (u64, u64) {
+        let m = fs::symlink_metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    fn bind(source: &Path, read_only: bool, exec: bool) -> Mount {
+        Mount::Bind {
+            source: source.to_path_buf(),
+            target: source.to_path_buf(),
+            is_dir: source.is_dir(),
+            read_only,
+            exec,
+            device: false,
+            dev_ino: dev_ino(source),
+        }
+    }
+
+    /// The host's system dirs as the plan would list them: merged-/usr symlinks, rx binds.
+    fn system_mounts() -> Vec<Mount> {
+        let mut out = Vec::new();
+        for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let p = Path::new("/").join(name);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => out.push(Mount::Symlink {
+                    link: fs::read_link(&p).unwrap(),
+                    target: p,
+                }),
+                Ok(m) if m.is_dir() => out.push(bind(&p, true, true)),
+                _ => {}
+            }
+        }
+        out.push(bind(Path::new("/usr"), true, true));
+        out
+    }
+
+    fn cstr(s: &str) -> CString {
+        CString::new(s).unwrap()
+    }
+
+    /// Raw write of a whole buffer, for the forked children.
+    fn write_all(fd: i32, mut buf: &[u8]) {
+        while !buf.is_empty() {
+            // SAFETY: `buf` is a valid readable slice of the length passed.
+            let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return;
+            }
+            buf = &buf[n as usize..];
+        }
+    }
+
+    fn write_file(path: &CStr, data: &[u8]) -> bool {
+        // SAFETY: NUL-terminated path; the descriptor is closed below.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: `data` is a valid slice of the length passed.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        // SAFETY: `fd` was opened above.
+        unsafe { libc::close(fd) };
+        n == data.len() as isize
+    }
+
+    /// Run `body` in a grandchild that is PID 1 of new PID and mount namespaces (and a new
+    /// user namespace as uid/gid 65534 when `unprivileged`). `body`'s error comes back
+    /// through a pipe; the grandchild's exit code is the result.
+    fn in_namespaces(
+        unprivileged: bool,
+        body: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        // SAFETY: the child only makes raw syscalls until it forks the grandchild, which
+        // runs `body` and exits with `_exit`, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: raw syscalls on our own process; every path ends in `_exit`.
+            unsafe {
+                libc::close(rd);
+                let fail = |what: &[u8]| -> ! {
+                    write_all(wr, what);
+                    libc::_exit(100)
+                };
+                let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+                if unprivileged {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
+                        || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
+                    {
+                        fail(b"drop to nobody");
+                    }
+                    // Changing uid made us non-dumpable: /proc/self would be root's.
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                    flags |= libc::CLONE_NEWUSER;
+                }
+                if libc::unshare(flags) != 0 {
+                    fail(b"unshare");
+                }
+                if unprivileged
+                    && !(write_file(c"/proc/self/setgroups", b"deny")
+                        && write_file(c"/proc/self/uid_map", b"65534 65534 1")
+                        && write_file(c"/proc/self/gid_map", b"65534 65534 1"))
+                {
+                    fail(b"write the id maps");
+                }
+                let pid = libc::fork();
+                if pid < 0 {
+                    fail(b"fork the grandchild");
+                }
+                if pid == 0 {
+                    let code = match body() {
+                        Ok(()) => 0,
+                        Err(msg) => {
+                            write_all(wr, msg.as_bytes());
+                            1
+                        }
+                    };
+                    libc::_exit(code);
+                }
+                let mut status = 0;
+                if libc::waitpid(pid, &mut status, 0) != pid {
+                    fail(b"waitpid");
+                }
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    fail(b"the grandchild was killed by a signal")
+                };
+                libc::_exit(code);
+            }
+        }
+        // SAFETY: our copy of the write end; the read end is ours to own.
+        unsafe { libc::close(wr) };
+        // SAFETY: `rd` is an open pipe end owned by nobody else.
+        let mut pipe = unsafe { fs::File::from_raw_fd(rd) };
+        let mut msg = String::new();
+        pipe.read_to_string(&mut msg).unwrap();
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child killed: {status}");
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            code => Err(format!("exit {code}: {msg}")),
+        }
+    }
+
+    fn ensure(ok: bool, what: &str) -> Result<(), String> {
+        if ok {
+            Ok(())
+        } else {
+            Err(what.to_string())
+        }
+    }
+
+    fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+        r.err().and_then(|e| e.raw_os_error())
+    }
+
+    /// A workspace with a denied dir, a denied file, a read-only `.git` and an rx
+    /// carve-out inside the denied dir.
+    struct Fixture {
+        dir: TempDir,
+        ws: PathBuf,
+        outside: PathBuf,
+        scratch: PathBuf,
+    }
+
+    fn fixture(owner: Option<u32>) -> Fixture {
+        let dir = TempDir::new();
+        let ws = dir.0.join("ws");
+        fs::create_dir_all(ws.join("secrets/bin")).unwrap();
+        fs::create_dir_all(ws.join(".git")).unwrap();
+        fs::write(ws.join(".env"), "TOKEN=hunter2\n").unwrap();
+        fs::write(ws.join("secrets/key"), "private\n").unwrap();
+        fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        for (path, code) in [("secrets/bin/tool", 7), ("run.sh", 0)] {
+            let p = ws.join(path);
+            fs::write(&p, format!("#!/bin/sh\nexit {code}\n")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let outside = dir.0.join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("file"), "host\n").unwrap();
+        let scratch = dir.0.join("scratch");
+        fs::create_dir(&scratch).unwrap();
+        if let Some(uid) = owner {
+            for p in [&ws, &scratch] {
+                std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+            }
+        }
+        Fixture {
+            dir,
+            ws,
+            outside,
+            scratch,
+        }
+    }
+
+    fn fixture_mounts(f: &Fixture) -> Vec<Mount> {
+        let mut m = system_mounts();
+        m.push(Mount::Proc {
+            target: "/proc".into(),
+        });
+        m.push(bind(&f.ws, false, false));
+        m.push(Mount::MaskDir {
+            target: f.ws.join("secrets"),
+        });
+        m.push(Mount::MaskFile {
+            target: f.ws.join(".env"),
+        });
+        m.push(bind(&f.ws.join(".git"), true, false));
+        m.push(bind(&f.ws.join("secrets/bin"), true, true));
+        m.push(Mount::Dev {
+            target: "/dev".into(),
+        });
+        m.push(Mount::Bind {
+            source: f.scratch.clone(),
+            target: "/run/cordon".into(),
+            is_dir: true,
+            read_only: false,
+            exec: true,
+            device: false,
+            dev_ino: (0, 0),
+        });
+        m
+    }
+
+    /// What the command must see inside the view built from `fixture_mounts`.
+    fn check_view(f: &Fixture) -> Result<(), String> {
+        let ws = &f.ws;
+        // SAFETY: getpid has no preconditions.
+        ensure(unsafe { libc::getpid() } == 1, "not PID 1")?;
+        ensure(
+            std::env::current_dir().ok().as_deref() == Some(Path::new("/")),
+            "cwd is not /",
+        )?;
+        let env = fs::read(ws.join(".env")).map_err(|e| format!(".env: {e}"))?;
+        ensure(env.is_empty(), ".env is not empty")?;
+        ensure(
+            errno_of(fs::write(ws.join(".env"), "x")) == Some(libc::EROFS),
+            ".env mask is writable",
+        )?;
+        let mut names: Vec<_> = fs::read_dir(ws.join("secrets"))
+            .map_err(|e| format!("ls secrets: {e}"))?
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        ensure(names == ["bin"], &format!("secrets lists {names:?}"))?;
+        ensure(
+            errno_of(fs::write(ws.join("secrets/new"), "x")) == Some(libc::EROFS),
+            "secrets mask is writable",
+        )?;
+        ensure(
+            errno_of(fs::write(ws.join(".git/x"), "x")) == Some(libc::EROFS),
+            ".git is writable",
+        )?;
+        ensure(
+            fs::read_to_string(ws.join(".git/HEAD")).is_ok_and(|s| s.starts_with("ref:")),
+            ".git/HEAD unreadable",
+        )?;
+        fs::write(ws.join("written-inside"), "ok").map_err(|e| format!("write ws: {e}"))?;
+        fs::write("/run/cordon/scratch-file", "ok").map_err(|e| format!("scratch: {e}"))?;
+        // The merged-/usr symlinks and the rx binds: a shell runs.
+        let sh = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 3"])
+            .status()
+            .map_err(|e| format!("/bin/sh: {e}"))?;
+        ensure(sh.code() == Some(3), "/bin/sh did not run")?;
+        // The rx carve-out inside the mask executes; the rw workspace does not.
+        let tool = std::process::Command::new(ws.join("secrets/bin/tool"))
+            .status()
+            .map_err(|e| format!("tool: {e}"))?;
+        ensure(tool.code() == Some(7), "carve-out tool did not run")?;
+        let noexec = std::process::Command::new(ws.join("run.sh")).status();
+        ensure(
+            errno_of(noexec) == Some(libc::EACCES),
+            "the rw workspace is executable",
+        )?;
+        // Only the sandbox's processes.
+        let pids: Vec<String> = fs::read_dir("/proc")
+            .map_err(|e| format!("ls /proc: {e}"))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .collect();
+        ensure(
+            pids.contains(&"1".to_string()) && pids.len() <= 3,
+            &format!("/proc lists {pids:?}"),
+        )?;
+        // The minimal /dev.
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .and_then(|mut f| f.write_all(b"x"))
+            .map_err(|e| format!("/dev/null: {e}"))?;
+        let mut zero = [1u8; 4];
+        fs::File::open("/dev/zero")
+            .and_then(|mut f| f.read_exact(&mut zero))
+            .map_err(|e| format!("/dev/zero: {e}"))?;
+        ensure(zero == [0; 4], "/dev/zero")?;
+        ensure(
+            fs::read_link("/dev/ptmx").ok().as_deref() == Some(Path::new("pts/ptmx")),
+            "/dev/ptmx link",
+        )?;
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/ptmx")
+            .map_err(|e| format!("open /dev/ptmx: {e}"))?;
+        fs::write("/dev/shm/x", "x").map_err(|e| format!("/dev/shm: {e}"))?;
+        ensure(
+            errno_of(fs::write("/dev/new", "x")) == Some(libc::EROFS),
+            "/dev is writable",
+        )?;
+        ensure(
+            fs::read_link("/dev/stdout").ok().as_deref() == Some(Path::new("/proc/self/fd/1")),
+            "/dev/stdout link",
+        )?;
+        // Nothing else of the host.
+        for p in [f.outside.as_path(), Path::new("/etc"), Path::new("/root")] {
+            ensure(
+                errno_of(fs::symlink_metadata(p)) == Some(libc::ENOENT),
+                &format!("{} is visible", p.display()),
+            )?;
+        }
+        ensure(
+            errno_of(fs::symlink_metadata(Path::new("/").join(".cordon-empty")))
+                == Some(libc::ENOENT),
+            "the empty mask file is left over",
+        )?;
+        ensure(
+            errno_of(fs::write("/top-level", "x")) == Some(libc::EROFS),
+            "the new root is writable",
+        )?;
+        Ok(())
+    }
+
+    fn run_view(unprivileged: bool) {
+        let f = fixture(unprivileged.then_some(NOBODY));
+        let view = prepare(&fixture_mounts(&f)).unwrap();
+        let r = in_namespaces(unprivileged, || {
+            view.apply().map_err(|e| e.to_string())?;
+            check_view(&f)
+        });
+        r.unwrap();
+        // The rw bind reached the host; the masks left the host files alone.
+        assert_eq!(
+            fs::read_to_string(f.ws.join("written-inside")).unwrap(),
+            "ok"
+        );
+        assert_eq!(
+            fs::read_to_string(f.scratch.join("scratch-file")).unwrap(),
+            "ok"
+        );
+        assert!(fs::read_to_string(f.ws.join(".env"))
+            .unwrap()
+            .starts_with("TOKEN"));
+        assert!(!f.ws.join(".git/x").exists());
+        let _ = &f.dir;
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn view_as_root() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        run_view(false);
+    }
+
+    #[test]
+    fn view_in_user_namespace() {
+        if !is_root() {
+            eprintln!("skipped: needs root to become uid 65534 first");
+            return;
+        }
+        run_view(true);
+    }
+
+    /// The source of a bind is swapped after `prepare`: apply must refuse it.
+    fn swapped(replace: impl Fn(&Path, &Path)) -> StepError {
+        let dir = TempDir::new();
+        let data = dir.0.join("data");
+        let other = dir.0.join("other");
+        fs::create_dir(&data).unwrap();
+        fs::create_dir(&other).unwrap();
+        let view = prepare(&[bind(&data, true, false)]).unwrap();
+        fs::rename(&data, dir.0.join("data.old")).unwrap();
+        replace(&data, &other);
+        let mut got = None;
+        let r = in_namespaces(false, || match view.apply() {
+            Ok(()) => Err("apply accepted a swapped source".into()),
+            Err(e) => Err(format!("{}|{}|{}", e.step, e.errno, e.index)),
+        });
+        let msg = r.unwrap_err();
+        let fields: Vec<&str> = msg.split_once(": ").unwrap().1.split('|').collect();
+        if let [step, errno, index] = fields[..] {
+            let step = [
+                "open source",
+                "source changed since plan",
+                "open_tree",
+                "mount_setattr",
+            ]
+            .into_iter()
+            .find(|s| *s == step)
+            .unwrap_or_else(|| panic!("unexpected step: {msg}"));
+            got = Some(StepError {
+                step,
+                errno: errno.parse().unwrap(),
+                index: index.parse().unwrap(),
+            });
+        }
+        got.unwrap_or_else(|| panic!("unexpected report: {msg}"))
+    }
+
+    #[test]
+    fn source_swapped_for_a_symlink_is_refused() {
+        if !is_root() {
+            return;
+        }
+        let e = swapped(|data, other| std::os::unix::fs::symlink(other, data).unwrap());
+        assert_eq!(
+            e,
+            StepError {
+                step: "open source",
+                errno: libc::ELOOP,
+                index: 0
+            }
+        );
+    }
+
+    #[test]
+    fn source_replaced_after_plan_is_refused() {
+        if !is_root() {
+            return;
+        }
+        let e = swapped(|data, _| fs::create_dir(data).unwrap());
+        assert_eq!(
+            e,
+            StepError {
+                step: "source changed since plan",
+                errno: libc::ESTALE,
+                index: 0
+            }
+        );
+    }
+
+    #[test]
+    fn target_inside_a_host_bind_is_never_created() {
+        if !is_root() {
+            return;
+        }
+        let f = fixture(None);
+        let mounts = vec![
+            bind(&f.ws, false, false),
+            Mount::Bind {
+                source: f.scratch.clone(),
+                target: f.ws.join("not-on-host"),
+                is_dir: true,
+                read_only: false,
+                exec: false,
+                device: false,
+                dev_ino: (0, 0),
+            },
+        ];
+        let view = prepare(&mounts).unwrap();
+        let r = in_namespaces(false, || match view.apply() {
+            Err(e) if e.errno == libc::ENOENT && e.index == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+        r.unwrap();
+        assert!(!f.ws.join("not-on-host").exists());
+    }
+
+    #[test]
+    fn prepare_refuses_bad_targets() {
+        let m = |t: &str| Mount::MaskDir { target: t.into() };
+        assert!(prepare(&[m("relative/path")]).is_err());
+        assert!(prepare(&[m("/a/../b")]).is_err());
+        assert!(prepare(&[m("/")]).is_err());
+        assert!(prepare(&[m("/a/./b")]).is_ok()); // `Path` normalizes `.` away
+        let dev = Mount::Dev {
+            target: "/dev".into(),
+        };
+        assert!(prepare(&[dev.clone(), dev]).is_err());
+        let many: Vec<Mount> = (0..=MAX_MOUNTS).map(|i| m(&format!("/m{i}"))).collect();
+        assert!(prepare(&many).is_err());
+        let v = prepare(&[m("/a/b")]).unwrap();
+        assert_eq!(v.len(), 1);
+        assert!(
+            matches!(&v.ops[0], Op::MaskDir { target } if target.as_c_str() == cstr("a/b").as_c_str())
+        );
     }
 }

@@ -77,7 +77,7 @@ _cordon() {
 
     case "${cmd}" in
         cordon)
-            opts="-p -v -q -h -V --profile --ro --rx --rw --rwx --deny --net --allow-host --add-host --env --user --group --timeout --best-effort --no-view --keep-scratch --report --verbose --quiet --help --version run explain probe profiles help"
+            opts="-p -v -q -h -V --profile --ro --rx --rw --rwx --deny --net --allow-host --add-host --env --user --group --timeout --best-effort --no-view --keep-scratch --report --status-file --status-fd --max-output --verbose --quiet --help --version run explain probe profiles help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -136,6 +136,18 @@ _cordon() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status-fd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -445,7 +457,7 @@ _cordon() {
             return 0
             ;;
         cordon__subcmd__run)
-            opts="-p -v -q -h --profile --ro --rx --rw --rwx --deny --net --allow-host --add-host --env --user --group --timeout --best-effort --no-view --keep-scratch --report --verbose --quiet --help"
+            opts="-p -v -q -h --profile --ro --rx --rw --rwx --deny --net --allow-host --add-host --env --user --group --timeout --best-effort --no-view --keep-scratch --report --status-file --status-fd --max-output --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -504,6 +516,18 @@ _cordon() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status-fd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

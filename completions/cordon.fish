@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_cordon_global_optspecs
-    string join \n p/profile= ro= rx= rw= rwx= deny= net= allow-host= add-host= env= user= group= timeout= best-effort no-view keep-scratch report v/verbose q/quiet h/help V/version
+    string join \n p/profile= ro= rx= rw= rwx= deny= net= allow-host= add-host= env= user= group= timeout= best-effort no-view keep-scratch report status-file= status-fd= max-output= v/verbose q/quiet h/help V/version
 end
 
 function __fish_cordon_needs_command
@@ -39,6 +39,9 @@ complete -c cordon -n "__fish_cordon_needs_command" -l env -d 'Pass host variabl
 complete -c cordon -n "__fish_cordon_needs_command" -l user -d 'When started as root: the user the command runs as' -r
 complete -c cordon -n "__fish_cordon_needs_command" -l group -d 'When started as root: the group the command runs as' -r
 complete -c cordon -n "__fish_cordon_needs_command" -l timeout -d 'Kill the command after DURATION (e.g. 30s, 10m); exit status 124' -r
+complete -c cordon -n "__fish_cordon_needs_command" -l status-file -d 'At exit, write one JSON object describing how the run ended to PATH' -r -F
+complete -c cordon -n "__fish_cordon_needs_command" -l status-fd -d 'At exit, write the status JSON object to descriptor N' -r
+complete -c cordon -n "__fish_cordon_needs_command" -l max-output -d 'Cap stdout and stderr together at BYTES (e.g. 1MiB); past it, cut with a marker and end the command' -r
 complete -c cordon -n "__fish_cordon_needs_command" -l best-effort -d 'Run even where the kernel cannot enforce every rule, warning for each one'
 complete -c cordon -n "__fish_cordon_needs_command" -l no-view -d 'Skip the mount-namespace view: Landlock only, the lowest launch cost'
 complete -c cordon -n "__fish_cordon_needs_command" -l keep-scratch -d 'Keep the private HOME/TMPDIR after exit and print where it is'
@@ -67,6 +70,9 @@ complete -c cordon -n "__fish_cordon_using_subcommand run" -l env -d 'Pass host 
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l user -d 'When started as root: the user the command runs as' -r
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l group -d 'When started as root: the group the command runs as' -r
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l timeout -d 'Kill the command after DURATION (e.g. 30s, 10m); exit status 124' -r
+complete -c cordon -n "__fish_cordon_using_subcommand run" -l status-file -d 'At exit, write one JSON object describing how the run ended to PATH' -r -F
+complete -c cordon -n "__fish_cordon_using_subcommand run" -l status-fd -d 'At exit, write the status JSON object to descriptor N' -r
+complete -c cordon -n "__fish_cordon_using_subcommand run" -l max-output -d 'Cap stdout and stderr together at BYTES (e.g. 1MiB); past it, cut with a marker and end the command' -r
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l best-effort -d 'Run even where the kernel cannot enforce every rule, warning for each one'
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l no-view -d 'Skip the mount-namespace view: Landlock only, the lowest launch cost'
 complete -c cordon -n "__fish_cordon_using_subcommand run" -l keep-scratch -d 'Keep the private HOME/TMPDIR after exit and print where it is'

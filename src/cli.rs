@@ -101,6 +101,15 @@ pub struct RunArgs {
     /// At exit, print what was refused
     #[arg(long)]
     pub report: bool,
+    /// At exit, write one JSON object describing how the run ended to PATH
+    #[arg(long = "status-file", value_name = "PATH")]
+    pub status_file: Option<std::path::PathBuf>,
+    /// At exit, write the status JSON object to descriptor N
+    #[arg(long = "status-fd", value_name = "N")]
+    pub status_fd: Option<i32>,
+    /// Cap stdout and stderr together at BYTES (e.g. 1MiB); past it, cut with a marker and end the command
+    #[arg(long = "max-output", value_name = "BYTES")]
+    pub max_output: Option<String>,
     /// Print more about what cordon does, on stderr
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -8,7 +8,7 @@ use cordon::explain::{self, ProbeReport};
 use cordon::facts;
 use cordon::plan::{self, Plan};
 use cordon::policy::{self, builtin, Context};
-use cordon::supervise::{self, NamespacesRefused, RunOptions, Verbosity, EXIT_CORDON};
+use cordon::supervise::{self, NamespacesRefused, RunOptions, Status, Verbosity, EXIT_CORDON};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -80,6 +80,32 @@ fn make_plan(
 }
 
 fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let started = std::time::Instant::now();
+    let result = run_sandboxed(&args);
+    let status = match &result {
+        Ok(outcome) => Status::from_outcome(outcome),
+        Err(e) => Status::from_error(format!("{e:#}"), started.elapsed()),
+    };
+    write_status(&args, &status)?;
+    result.map(|o| o.code)
+}
+
+/// Write the status JSON where the caller asked for it.
+fn write_status(args: &RunArgs, status: &Status) -> anyhow::Result<()> {
+    let mut json = serde_json::to_string(status)?;
+    json.push('\n');
+    if let Some(path) = &args.status_file {
+        std::fs::write(path, &json)
+            .with_context(|| format!("cannot write the status file {}", path.display()))?;
+    }
+    if let Some(fd) = args.status_fd {
+        cordon::enforce::launch::write_to_fd(fd, json.as_bytes())
+            .with_context(|| format!("cannot write the status to descriptor {fd}"))?;
+    }
+    Ok(())
+}
+
+fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
     supervise::refuse_setuid()?;
     if args.command.is_empty() {
         anyhow::bail!("no command given; usage: cordon [OPTIONS] -- COMMAND [ARGS...]");
@@ -97,12 +123,13 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
     };
     let mut overrides = args.policy.overrides();
     overrides.keep_scratch = args.keep_scratch;
+    overrides.max_output = args.max_output.clone();
     let facts = facts::gather()?;
     let policy = policy::load(&overrides, &context(&facts))?;
     let plan = plan::build(&policy, &facts, &args.command)?;
     supervise::check_enforceable(&plan, verbosity)?;
     match supervise::run(&plan, &facts, &opts) {
-        Ok(outcome) => Ok(outcome.code),
+        Ok(outcome) => Ok(outcome),
         Err(e) => match e.downcast::<NamespacesRefused>() {
             Ok(refused) => {
                 // The kernel refused the namespaces (nested in another sandbox, or user
@@ -111,7 +138,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
                 facts.namespaces = Err(refused.to_string());
                 let plan = plan::build(&policy, &facts, &args.command)?;
                 supervise::check_enforceable(&plan, verbosity).context("and without the view")?;
-                Ok(supervise::run(&plan, &facts, &opts)?.code)
+                supervise::run(&plan, &facts, &opts)
             }
             Err(e) => Err(e),
         },

@@ -12,8 +12,10 @@ use crate::policy::{EnforceMode, NetMode};
 use anyhow::{bail, Context as _};
 use landlock::AccessNet;
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Exit status when cordon itself fails, as `env` and `timeout` do.
@@ -45,6 +47,74 @@ pub struct Outcome {
     pub timed_out: bool,
     pub duration: Duration,
     pub denied_egress: Vec<String>,
+    /// `--max-output` cut the output and ended the command.
+    pub output_truncated: bool,
+    /// Peak resident memory of the largest process of the tree, in KiB.
+    pub peak_memory_kib: u64,
+}
+
+/// The JSON object `--status-file` / `--status-fd` receive: how the run ended, so a
+/// calling program never mistakes a command that exits 125 for cordon failing.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    /// `exited`, `signaled`, `timeout` or `cordon-error`.
+    pub result: &'static str,
+    /// The command's own exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, when one did.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    /// Why cordon itself failed (then the command did not run, or not to the end).
+    pub cordon_error: Option<String>,
+    /// The status cordon exits with.
+    pub cordon_exit: i32,
+    pub duration_ms: u64,
+    /// Peak resident memory of the largest process of the tree.
+    pub peak_memory_kib: u64,
+    pub output_truncated: bool,
+    /// What was refused: egress destinations as `HOST:PORT`.
+    pub denied_egress: Vec<String>,
+}
+
+impl Status {
+    /// The status of a run that ended.
+    pub fn from_outcome(o: &Outcome) -> Status {
+        let result = if o.timed_out {
+            "timeout"
+        } else if o.signal.is_some() {
+            "signaled"
+        } else {
+            "exited"
+        };
+        Status {
+            result,
+            exit_code: (o.signal.is_none() && !o.timed_out).then_some(o.code),
+            signal: o.signal,
+            timed_out: o.timed_out,
+            cordon_error: None,
+            cordon_exit: o.code,
+            duration_ms: o.duration.as_millis() as u64,
+            peak_memory_kib: o.peak_memory_kib,
+            output_truncated: o.output_truncated,
+            denied_egress: o.denied_egress.clone(),
+        }
+    }
+
+    /// The status when cordon itself failed.
+    pub fn from_error(message: String, duration: Duration) -> Status {
+        Status {
+            result: "cordon-error",
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            cordon_error: Some(message),
+            cordon_exit: EXIT_CORDON,
+            duration_ms: duration.as_millis() as u64,
+            peak_memory_kib: 0,
+            output_truncated: false,
+            denied_egress: Vec::new(),
+        }
+    }
 }
 
 /// The launch could not create namespaces; the caller may re-plan without the view.
@@ -97,6 +167,8 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             timed_out: false,
             duration: started.elapsed(),
             denied_egress: Vec::new(),
+            output_truncated: false,
+            peak_memory_kib: 0,
         });
     };
     if opts.verbosity != Verbosity::Quiet {
@@ -170,6 +242,10 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         None
     };
+    let output = match plan.max_output {
+        Some(limit) => Some(OutputBound::new(limit)?),
+        None => None,
+    };
     let prepared = launch::prepare(LaunchSpec {
         program,
         argv: plan.argv.clone(),
@@ -186,6 +262,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         seccomp: filter,
         identity,
         limits,
+        stdio: output.as_ref().map(OutputBound::child_ends),
     })?;
 
     launch::block_signals().context("cannot block signals")?;
@@ -211,6 +288,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             _ => None,
         };
 
+    let copier = output.map(|o| o.start(child.pid));
     let failed = launch::read_step_error(&child.errors);
     if let Some(report) = &failed {
         if !report.is_exec() {
@@ -308,6 +386,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         _ => code,
     };
 
+    let output_truncated = copier.is_some_and(OutputCopier::finish);
     let denied_egress = proxy.as_ref().map(ProxyHandle::denied).unwrap_or_default();
     drop(proxy);
     if !denied_egress.is_empty() && opts.verbosity != Verbosity::Quiet {
@@ -339,7 +418,133 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         timed_out,
         duration: started.elapsed(),
         denied_egress,
+        output_truncated,
+        peak_memory_kib: launch::children_peak_rss_kib(),
     })
+}
+
+/// `--max-output`: the command's stdout and stderr go through pipes the supervisor copies
+/// to its own, counting; past the bound the rest is dropped, a marker printed and the
+/// command ended.
+struct OutputBound {
+    limit: u64,
+    out: (OwnedFd, OwnedFd),
+    err: (OwnedFd, OwnedFd),
+}
+
+impl OutputBound {
+    fn new(limit: u64) -> anyhow::Result<OutputBound> {
+        let pipe = || -> anyhow::Result<(OwnedFd, OwnedFd)> {
+            Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .context("cannot create an output pipe")?)
+        };
+        Ok(OutputBound {
+            limit,
+            out: pipe()?,
+            err: pipe()?,
+        })
+    }
+
+    /// The write ends, for the child to put on descriptors 1 and 2.
+    fn child_ends(&self) -> (RawFd, RawFd) {
+        (self.out.1.as_raw_fd(), self.err.1.as_raw_fd())
+    }
+
+    /// Close our copies of the write ends and copy in a thread until both pipes close.
+    fn start(self, pid: libc::pid_t) -> OutputCopier {
+        let OutputBound { limit, out, err } = self;
+        drop(out.1);
+        drop(err.1);
+        let truncated = Arc::new(AtomicBool::new(false));
+        let flag = truncated.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let _ = std::thread::Builder::new()
+            .name("cordon-output".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                copy_bounded(out.0, err.0, limit, pid, &flag);
+                let _ = done_tx.send(());
+            });
+        OutputCopier {
+            truncated,
+            done: done_rx,
+        }
+    }
+}
+
+/// The running copier of [`OutputBound`].
+struct OutputCopier {
+    truncated: Arc<AtomicBool>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl OutputCopier {
+    /// Wait (briefly: a daemon the command left may hold the pipes) for the copy to end;
+    /// whether the output was cut.
+    fn finish(self) -> bool {
+        let _ = self.done.recv_timeout(Duration::from_secs(2));
+        self.truncated.load(Ordering::SeqCst)
+    }
+}
+
+fn copy_bounded(out: OwnedFd, err: OwnedFd, limit: u64, pid: libc::pid_t, truncated: &AtomicBool) {
+    use std::io::{Read, Write};
+    let mut sources = [(std::fs::File::from(out), 1), (std::fs::File::from(err), 2)];
+    let mut open = [true, true];
+    let mut written: u64 = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    while open.iter().any(|o| *o) {
+        let mut fds: Vec<nix::poll::PollFd> = sources
+            .iter()
+            .zip(open.iter())
+            .filter(|(_, o)| **o)
+            .map(|((f, _), _)| nix::poll::PollFd::new(f.as_fd(), nix::poll::PollFlags::POLLIN))
+            .collect();
+        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {
+            continue;
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        let mut k = 0;
+        for (i, (file, target)) in sources.iter_mut().enumerate() {
+            if !open[i] {
+                continue;
+            }
+            let is_ready = ready[k];
+            k += 1;
+            if !is_ready {
+                continue;
+            }
+            let n = match file.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    open[i] = false;
+                    continue;
+                }
+                Ok(n) => n,
+            };
+            let room = limit.saturating_sub(written) as usize;
+            let take = n.min(room);
+            let chunk = &buf[..take];
+            let _ = if *target == 1 {
+                std::io::stdout()
+                    .write_all(chunk)
+                    .and_then(|_| std::io::stdout().flush())
+            } else {
+                std::io::stderr().write_all(chunk)
+            };
+            written += take as u64;
+            if take < n && !truncated.swap(true, Ordering::SeqCst) {
+                eprintln!(
+                    "\ncordon: output cut at {limit} bytes (--max-output); ending the command"
+                );
+                launch::signal(pid, libc::SIGKILL);
+                return;
+            }
+        }
+    }
 }
 
 fn wait_exit(pid: libc::pid_t) -> Option<i32> {

@@ -55,6 +55,8 @@ pub struct Prepared {
     seccomp: Option<PreparedFilter>,
     identity: Option<Identity>,
     limits: Limits,
+    /// Descriptors to become the command's stdout and stderr (`--max-output`).
+    stdio: Option<(RawFd, RawFd)>,
     /// TERM, INT, … and CHLD: blocked in the supervisor and init, waited for with
     /// sigwaitinfo, unblocked in the command just before exec.
     signals: libc::sigset_t,
@@ -92,6 +94,8 @@ pub struct LaunchSpec {
     pub seccomp: Option<PreparedFilter>,
     pub identity: Option<Identity>,
     pub limits: Limits,
+    /// Pipes the supervisor reads the command's stdout and stderr from, when it bounds them.
+    pub stdio: Option<(RawFd, RawFd)>,
 }
 
 /// The signal set the supervisor blocks and waits on.
@@ -170,6 +174,7 @@ pub fn prepare(spec: LaunchSpec) -> anyhow::Result<Prepared> {
         seccomp: spec.seccomp,
         identity: spec.identity,
         limits: spec.limits,
+        stdio: spec.stdio,
         signals: signal_set(),
     })
 }
@@ -537,6 +542,13 @@ fn command_main(p: &Prepared, err_w: RawFd, supervisor: Option<libc::pid_t>) -> 
             }),
         );
     }
+    if let Some((out, err)) = p.stdio {
+        // SAFETY: dup2 onto the standard descriptors; the copies are not close-on-exec.
+        let redirected = unsafe { libc::dup2(out, 1) >= 0 && libc::dup2(err, 2) >= 0 };
+        if !redirected {
+            fail(err_w, StepError::last("redirect stdout and stderr"), 125);
+        }
+    }
     check(err_w, creds::close_inherited_fds(&[]));
     // SAFETY: an empty set, then unblocking everything the supervisor blocked.
     unsafe {
@@ -774,4 +786,23 @@ pub fn children_peak_rss_kib() -> u64 {
     // SAFETY: as above.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     ru.ru_maxrss as u64
+}
+
+/// Write all of `data` to a descriptor the caller handed us by number (`--status-fd`),
+/// without taking ownership of it.
+pub fn write_to_fd(fd: RawFd, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: writing from a valid slice to a descriptor number; a bad number fails
+        // with EBADF and touches no memory.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        data = &data[n as usize..];
+    }
+    Ok(())
 }

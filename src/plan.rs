@@ -641,41 +641,70 @@ fn view_mounts(
     // The private scratch: the run dir at /run/cordon, its tmp at /tmp as well.
     let run = Path::new(VIEW_SCRATCH);
     if policy.home == Location::Private || policy.tmp == Location::Private {
-        mounts.push(Mount::Bind {
-            source: scratch.dir.clone(),
-            target: run.to_path_buf(),
-            is_dir: true,
-            read_only: false,
-            exec: true,
-            device: false,
-            dev_ino: (0, 0),
-        });
-    }
-    if policy.tmp == Location::Private {
-        mounts.push(Mount::Bind {
-            source: scratch.dir.join("tmp"),
-            target: PathBuf::from("/tmp"),
-            is_dir: true,
-            read_only: false,
-            exec: true,
-            device: false,
-            dev_ino: (0, 0),
-        });
-    }
-    for loc in [&policy.home, &policy.tmp] {
-        if let Location::Path(p) = loc {
-            mounts.push(Mount::Bind {
-                source: p.clone(),
-                target: p.clone(),
+        insert_before_beneath(
+            &mut mounts,
+            Mount::Bind {
+                source: scratch.dir.clone(),
+                target: run.to_path_buf(),
                 is_dir: true,
                 read_only: false,
                 exec: true,
                 device: false,
                 dev_ino: (0, 0),
-            });
+            },
+        );
+    }
+    if policy.tmp == Location::Private {
+        insert_before_beneath(
+            &mut mounts,
+            Mount::Bind {
+                source: scratch.dir.join("tmp"),
+                target: PathBuf::from("/tmp"),
+                is_dir: true,
+                read_only: false,
+                exec: true,
+                device: false,
+                dev_ino: (0, 0),
+            },
+        );
+    }
+    for loc in [&policy.home, &policy.tmp] {
+        if let Location::Path(p) = loc {
+            insert_before_beneath(
+                &mut mounts,
+                Mount::Bind {
+                    source: p.clone(),
+                    target: p.clone(),
+                    is_dir: true,
+                    read_only: false,
+                    exec: true,
+                    device: false,
+                    dev_ino: (0, 0),
+                },
+            );
         }
     }
     mounts
+}
+
+/// Add a scratch bind before the first mount beneath its target (a workspace under
+/// `/tmp`), so the scratch does not hide it; at the end when there is none.
+fn insert_before_beneath(mounts: &mut Vec<Mount>, bind: Mount) {
+    let Mount::Bind { target: new, .. } = &bind else {
+        unreachable!("only binds are inserted")
+    };
+    let at = mounts
+        .iter()
+        .position(|m| match m {
+            Mount::Bind { target, .. }
+            | Mount::MaskDir { target }
+            | Mount::MaskFile { target }
+            | Mount::Proc { target }
+            | Mount::Dev { target }
+            | Mount::Symlink { target, .. } => target != new && target.starts_with(new),
+        })
+        .unwrap_or(mounts.len());
+    mounts.insert(at, bind);
 }
 
 /// Landlock rights for an access level on a directory or a file, for `abi`.

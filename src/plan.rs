@@ -956,6 +956,49 @@ mod tests {
     }
 
     #[test]
+    fn scratch_binds_go_before_mounts_beneath_them() {
+        let bind = |s: &str, t: &str| Mount::Bind {
+            source: PathBuf::from(s),
+            target: PathBuf::from(t),
+            is_dir: true,
+            read_only: false,
+            exec: false,
+            device: false,
+            dev_ino: (0, 0),
+        };
+        let shown = |mounts: &[Mount]| -> Vec<String> {
+            mounts
+                .iter()
+                .map(|m| match m {
+                    Mount::Bind { source, target, .. } => {
+                        format!("{}>{}", source.display(), target.display())
+                    }
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        // Outermost first, as the rules come: a host /tmp grant, a workspace beneath it.
+        let mut mounts = vec![
+            bind("/usr", "/usr"),
+            bind("/tmp", "/tmp"),
+            bind("/tmp/ws", "/tmp/ws"),
+        ];
+        insert_before_beneath(&mut mounts, bind("/scratch/tmp", "/tmp"));
+        insert_before_beneath(&mut mounts, bind("/scratch", "/run/cordon"));
+        // The private /tmp covers the host /tmp grant but not the workspace beneath it.
+        assert_eq!(
+            shown(&mounts),
+            [
+                "/usr>/usr",
+                "/tmp>/tmp",
+                "/scratch/tmp>/tmp",
+                "/tmp/ws>/tmp/ws",
+                "/scratch>/run/cordon"
+            ]
+        );
+    }
+
+    #[test]
     fn read_only_rights_exclude_writes() {
         let ro = rights(Access::Ro, true, 6);
         let rw = rights(Access::Rw, true, 6);

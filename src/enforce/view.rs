@@ -1225,6 +1225,12 @@ mod tests {
         let view = prepare(&fixture_mounts(&f)).unwrap();
         let r = in_namespaces(unprivileged, || {
             view.apply().map_err(|e| e.to_string())?;
+            // SAFETY: geteuid has no preconditions.
+            let euid = unsafe { libc::geteuid() };
+            ensure(
+                euid == if unprivileged { NOBODY } else { 0 },
+                "wrong uid in the view",
+            )?;
             check_view(&f)
         });
         r.unwrap();

@@ -1247,7 +1247,6 @@ mod tests {
             .unwrap()
             .starts_with("TOKEN"));
         assert!(!f.ws.join(".git/x").exists());
-        let _ = &f.dir;
     }
 
     fn is_root() -> bool {

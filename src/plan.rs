@@ -701,38 +701,47 @@ fn view_mounts(
     // The private scratch: the run dir at /run/cordon, its tmp at /tmp as well.
     let run = Path::new(VIEW_SCRATCH);
     if policy.home == Location::Private || policy.tmp == Location::Private {
-        mounts.push(Mount::Bind {
-            source: scratch.dir.clone(),
-            target: run.to_path_buf(),
-            is_dir: true,
-            read_only: false,
-            exec: true,
-            device: false,
-            dev_ino: (0, 0),
-        });
-    }
-    if policy.tmp == Location::Private {
-        mounts.push(Mount::Bind {
-            source: scratch.dir.join("tmp"),
-            target: PathBuf::from("/tmp"),
-            is_dir: true,
-            read_only: false,
-            exec: true,
-            device: false,
-            dev_ino: (0, 0),
-        });
-    }
-    for loc in [&policy.home, &policy.tmp] {
-        if let Location::Path(p) = loc {
-            mounts.push(Mount::Bind {
-                source: p.clone(),
-                target: p.clone(),
+        insert_before_beneath(
+            &mut mounts,
+            Mount::Bind {
+                source: scratch.dir.clone(),
+                target: run.to_path_buf(),
                 is_dir: true,
                 read_only: false,
                 exec: true,
                 device: false,
                 dev_ino: (0, 0),
-            });
+            },
+        );
+    }
+    if policy.tmp == Location::Private {
+        insert_before_beneath(
+            &mut mounts,
+            Mount::Bind {
+                source: scratch.dir.join("tmp"),
+                target: PathBuf::from("/tmp"),
+                is_dir: true,
+                read_only: false,
+                exec: true,
+                device: false,
+                dev_ino: (0, 0),
+            },
+        );
+    }
+    for loc in [&policy.home, &policy.tmp] {
+        if let Location::Path(p) = loc {
+            insert_before_beneath(
+                &mut mounts,
+                Mount::Bind {
+                    source: p.clone(),
+                    target: p.clone(),
+                    is_dir: true,
+                    read_only: false,
+                    exec: true,
+                    device: false,
+                    dev_ino: (0, 0),
+                },
+            );
         }
     }
     // Outermost first: the private /tmp must be in place before a grant below /tmp (a
@@ -747,6 +756,26 @@ fn view_mounts(
         | Mount::Dev { target } => target.components().count(),
     });
     mounts
+}
+
+/// Add a scratch bind before the first mount beneath its target (a workspace under
+/// `/tmp`), so the scratch does not hide it; at the end when there is none.
+fn insert_before_beneath(mounts: &mut Vec<Mount>, bind: Mount) {
+    let Mount::Bind { target: new, .. } = &bind else {
+        unreachable!("only binds are inserted")
+    };
+    let at = mounts
+        .iter()
+        .position(|m| match m {
+            Mount::Bind { target, .. }
+            | Mount::MaskDir { target }
+            | Mount::MaskFile { target }
+            | Mount::Proc { target }
+            | Mount::Dev { target }
+            | Mount::Symlink { target, .. } => target != new && target.starts_with(new),
+        })
+        .unwrap_or(mounts.len());
+    mounts.insert(at, bind);
 }
 
 /// Landlock rights for an access level on a directory or a file, for `abi`.
@@ -1017,6 +1046,49 @@ mod tests {
         assert!(!glob_match("*_KEY", "KEYBOARD"));
         assert!(glob_match("PATH", "PATH"));
         assert!(!glob_match("PATH", "PATHX"));
+    }
+
+    #[test]
+    fn scratch_binds_go_before_mounts_beneath_them() {
+        let bind = |s: &str, t: &str| Mount::Bind {
+            source: PathBuf::from(s),
+            target: PathBuf::from(t),
+            is_dir: true,
+            read_only: false,
+            exec: false,
+            device: false,
+            dev_ino: (0, 0),
+        };
+        let shown = |mounts: &[Mount]| -> Vec<String> {
+            mounts
+                .iter()
+                .map(|m| match m {
+                    Mount::Bind { source, target, .. } => {
+                        format!("{}>{}", source.display(), target.display())
+                    }
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        // Outermost first, as the rules come: a host /tmp grant, a workspace beneath it.
+        let mut mounts = vec![
+            bind("/usr", "/usr"),
+            bind("/tmp", "/tmp"),
+            bind("/tmp/ws", "/tmp/ws"),
+        ];
+        insert_before_beneath(&mut mounts, bind("/scratch/tmp", "/tmp"));
+        insert_before_beneath(&mut mounts, bind("/scratch", "/run/cordon"));
+        // The private /tmp covers the host /tmp grant but not the workspace beneath it.
+        assert_eq!(
+            shown(&mounts),
+            [
+                "/usr>/usr",
+                "/tmp>/tmp",
+                "/scratch/tmp>/tmp",
+                "/tmp/ws>/tmp/ws",
+                "/scratch>/run/cordon"
+            ]
+        );
     }
 
     #[test]

@@ -842,9 +842,14 @@ mod tests {
 
     impl TempDir {
         fn new() -> TempDir {
+            TempDir::under(&std::env::temp_dir())
+        }
+
+        fn under(parent: &Path) -> TempDir {
             static N: AtomicUsize = AtomicUsize::new(0);
             let n = N.fetch_add(1, Ordering::SeqCst);
-            let dir = std::env::temp_dir().join(format!("cordon-view-{}-{n}", std::process::id()));
+            let dir = parent.join(format!("cordon-view-{}-{n}", std::process::id()));
+            fs::create_dir_all(parent).unwrap();
             fs::create_dir(&dir).unwrap();
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
             TempDir(dir.canonicalize().unwrap())
@@ -1030,7 +1035,10 @@ mod tests {
     }
 
     fn fixture(owner: Option<u32>) -> Fixture {
-        let dir = TempDir::new();
+        fixture_in(TempDir::new(), owner)
+    }
+
+    fn fixture_in(dir: TempDir, owner: Option<u32>) -> Fixture {
         let ws = dir.0.join("ws");
         fs::create_dir_all(ws.join("secrets/bin")).unwrap();
         fs::create_dir_all(ws.join(".git")).unwrap();
@@ -1076,6 +1084,16 @@ mod tests {
         m.push(bind(&f.ws.join("secrets/bin"), true, true));
         m.push(Mount::Dev {
             target: "/dev".into(),
+        });
+        // A device node bound without `device: true` keeps nodev: it cannot be opened.
+        m.push(Mount::Bind {
+            source: "/dev/zero".into(),
+            target: "/dev/zero-nodev".into(),
+            is_dir: false,
+            read_only: false,
+            exec: false,
+            device: false,
+            dev_ino: dev_ino(Path::new("/dev/zero")),
         });
         m.push(Mount::Bind {
             source: f.scratch.clone(),
@@ -1162,6 +1180,10 @@ mod tests {
             .map_err(|e| format!("/dev/zero: {e}"))?;
         ensure(zero == [0; 4], "/dev/zero")?;
         ensure(
+            errno_of(fs::File::open("/dev/zero-nodev")) == Some(libc::EACCES),
+            "a device bound without `device` opens",
+        )?;
+        ensure(
             fs::read_link("/dev/ptmx").ok().as_deref() == Some(Path::new("pts/ptmx")),
             "/dev/ptmx link",
         )?;
@@ -1203,6 +1225,12 @@ mod tests {
         let view = prepare(&fixture_mounts(&f)).unwrap();
         let r = in_namespaces(unprivileged, || {
             view.apply().map_err(|e| e.to_string())?;
+            // SAFETY: geteuid has no preconditions.
+            let euid = unsafe { libc::geteuid() };
+            ensure(
+                euid == if unprivileged { NOBODY } else { 0 },
+                "wrong uid in the view",
+            )?;
             check_view(&f)
         });
         r.unwrap();
@@ -1219,7 +1247,6 @@ mod tests {
             .unwrap()
             .starts_with("TOKEN"));
         assert!(!f.ws.join(".git/x").exists());
-        let _ = &f.dir;
     }
 
     fn is_root() -> bool {
@@ -1358,5 +1385,125 @@ mod tests {
         assert!(
             matches!(&v.ops[0], Op::MaskDir { target } if target.as_c_str() == cstr("a/b").as_c_str())
         );
+    }
+
+    /// The real pipeline: the built-in `default` profile through `plan::build`, with the
+    /// fixture workspace as the current directory and a home holding `.ssh`.
+    fn run_default_profile(unprivileged: bool, under_tmp: bool) {
+        use crate::plan::{self, Facts};
+        use crate::policy::{load, Context, Overrides};
+        // Not under /tmp, which the private tmp covers; the traversal to it must be open
+        // to uid 65534.
+        let base = if under_tmp {
+            TempDir::new()
+        } else {
+            TempDir::under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/view-tests"))
+        };
+        let f = fixture_in(base, unprivileged.then_some(NOBODY));
+        // The current directory is the home: its keys must still be hidden.
+        let home = f.ws.clone();
+        fs::create_dir_all(home.join(".ssh")).unwrap();
+        fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
+        let ctx = Context {
+            cwd: f.ws.clone(),
+            home: home.clone(),
+            env: Default::default(),
+        };
+        let policy = load(&Overrides::default(), &ctx).unwrap();
+        let facts = Facts {
+            uid: 0,
+            gid: 0,
+            is_root: !unprivileged,
+            cwd: f.ws.clone(),
+            home: home.clone(),
+            user_name: "test".into(),
+            env: Default::default(),
+            landlock_abi: 6,
+            namespaces: Ok(()),
+            seccomp: true,
+            scratch_root: f.dir.0.clone(),
+            run_id: "t".into(),
+        };
+        let plan = plan::build(&policy, &facts, &["true".into()]).unwrap();
+        assert!(plan.view);
+        // What launch does: the scratch dir with its tmp and home.
+        let scratch = &plan.scratch.dir;
+        for d in [scratch.clone(), scratch.join("tmp"), scratch.join("home")] {
+            fs::create_dir_all(&d).unwrap();
+            if unprivileged {
+                std::os::unix::fs::chown(&d, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        }
+        let view = prepare(&plan.mounts).unwrap();
+        if under_tmp {
+            // The workspace lies beneath the private /tmp: its mountpoint would have to be
+            // created in the host's scratch dir, which the view never does.
+            let ws_index = plan
+                .mounts
+                .iter()
+                .position(|m| matches!(m, Mount::Bind { target, .. } if *target == f.ws))
+                .unwrap();
+            let r = in_namespaces(unprivileged, || match view.apply() {
+                Err(e)
+                    if e.index == ws_index && e.step == "mountpoint missing inside a host bind" =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            });
+            r.unwrap();
+            assert_eq!(fs::read_dir(scratch.join("tmp")).unwrap().count(), 0);
+            return;
+        }
+        let ws = f.ws.clone();
+        let r = in_namespaces(unprivileged, || {
+            view.apply()
+                .map_err(|e| format!("{e} ({:?})", plan.mounts.get(e.index)))?;
+            fs::write(ws.join("from-default"), "ok").map_err(|e| format!("cwd: {e}"))?;
+            ensure(
+                fs::read("/etc/shadow").is_ok_and(|c| c.is_empty()),
+                "/etc/shadow is not masked",
+            )?;
+            ensure(
+                fs::read_dir(home.join(".ssh")).is_ok_and(|mut d| d.next().is_none()),
+                "~/.ssh is not masked",
+            )?;
+            ensure(fs::metadata("/etc/passwd").is_ok(), "/etc is missing")?;
+            fs::write("/tmp/t", "x").map_err(|e| format!("/tmp: {e}"))?;
+            fs::write("/run/cordon/home/h", "x").map_err(|e| format!("home: {e}"))?;
+            let sh = std::process::Command::new("/bin/sh")
+                .args(["-c", "exec 3>/dev/null && exit 4"])
+                .status()
+                .map_err(|e| format!("/bin/sh: {e}"))?;
+            ensure(sh.code() == Some(4), "/bin/sh did not run")?;
+            ensure(
+                errno_of(fs::symlink_metadata(&f.outside)) == Some(libc::ENOENT),
+                "a host dir outside the policy is visible",
+            )
+        });
+        r.unwrap();
+        assert_eq!(fs::read(scratch.join("tmp/t")).unwrap(), b"x");
+        assert_eq!(fs::read(f.ws.join("from-default")).unwrap(), b"ok");
+    }
+
+    #[test]
+    fn default_profile_as_root() {
+        if is_root() {
+            run_default_profile(false, false);
+        }
+    }
+
+    #[test]
+    fn default_profile_in_user_namespace() {
+        if is_root() {
+            run_default_profile(true, false);
+        }
+    }
+
+    #[test]
+    fn default_profile_workspace_under_private_tmp_is_refused() {
+        if is_root() {
+            run_default_profile(false, true);
+        }
     }
 }

@@ -744,17 +744,6 @@ fn view_mounts(
             );
         }
     }
-    // Outermost first: the private /tmp must be in place before a grant below /tmp (a
-    // workspace in /tmp stays visible). The sort is stable, so a carve-out still follows
-    // the mask it sits in.
-    mounts.sort_by_key(|m| match m {
-        Mount::Symlink { .. } => 0,
-        Mount::Bind { target, .. }
-        | Mount::MaskDir { target }
-        | Mount::MaskFile { target }
-        | Mount::Proc { target }
-        | Mount::Dev { target } => target.components().count(),
-    });
     mounts
 }
 

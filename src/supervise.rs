@@ -7,7 +7,7 @@ use crate::enforce::creds::{self, Identity, LimitKind, Limits};
 use crate::enforce::landlock::PreparedLandlock;
 use crate::enforce::launch::{self, LaunchError, LaunchSpec};
 use crate::enforce::{seccomp, view};
-use crate::plan::{Facts, Plan};
+use crate::plan::{Facts, Mount, Plan};
 use crate::policy::{EnforceMode, NetMode};
 use anyhow::{bail, Context as _};
 use landlock::AccessNet;
@@ -180,6 +180,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     let identity = plan.identity.map(|(uid, gid)| Identity { uid, gid });
     let (owner_uid, owner_gid) = plan.identity.unwrap_or((facts.uid, facts.gid));
     let scratch = Scratch::create(&plan.scratch.dir, owner_uid, owner_gid)?;
+    scratch.add_mountpoints(&plan.mounts)?;
 
     let mut env = plan.env.clone();
     let mut ports = plan.landlock.ports.clone();
@@ -435,8 +436,7 @@ struct OutputBound {
 impl OutputBound {
     fn new(limit: u64) -> anyhow::Result<OutputBound> {
         let pipe = || -> anyhow::Result<(OwnedFd, OwnedFd)> {
-            Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .context("cannot create an output pipe")?)
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("cannot create an output pipe")
         };
         Ok(OutputBound {
             limit,
@@ -636,6 +636,49 @@ impl Scratch {
             }
         }
         Ok(scratch)
+    }
+
+    /// The view mounts the private tmp at `/tmp`, and refuses to create mountpoints
+    /// inside a host directory. Grants below `/tmp` (a workspace in `/tmp`) need theirs
+    /// inside the private tmp: cordon's own fresh directory, so it makes them here.
+    fn add_mountpoints(&self, mounts: &[Mount]) -> anyhow::Result<()> {
+        let private_tmp = mounts.iter().any(|m| {
+            matches!(m, Mount::Bind { source, target, .. } if target == Path::new("/tmp") && *source == self.dir.join("tmp"))
+        });
+        if !private_tmp {
+            return Ok(());
+        }
+        for m in mounts {
+            let (target, is_dir) = match m {
+                Mount::Bind { target, is_dir, .. } => (target, *is_dir),
+                Mount::MaskDir { target } => (target, true),
+                Mount::MaskFile { target } => (target, false),
+                _ => continue,
+            };
+            let Ok(rel) = target.strip_prefix("/tmp") else {
+                continue;
+            };
+            if rel.as_os_str().is_empty() {
+                continue;
+            }
+            let at = self.dir.join("tmp").join(rel);
+            let parent = if is_dir {
+                at.as_path()
+            } else {
+                at.parent().unwrap_or(&at)
+            };
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create the mountpoint {}", at.display()))?;
+            if !is_dir {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&at)
+                    .with_context(|| format!("cannot create the mountpoint {}", at.display()))?;
+            }
+        }
+        Ok(())
     }
 
     fn keep(mut self) {

@@ -3,9 +3,11 @@
 
 use crate::enforce::probe;
 use crate::plan::Facts;
+use crate::policy::Access;
 use anyhow::Context as _;
+use landlock::AccessFs;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Collect the facts for this invocation.
 pub fn gather() -> anyhow::Result<Facts> {
@@ -35,6 +37,9 @@ pub fn gather() -> anyhow::Result<Facts> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
+    let outer = env
+        .get("CORDON_PLAN")
+        .and_then(|p| outer_grants(Path::new(p)));
     Ok(Facts {
         uid,
         gid,
@@ -48,5 +53,62 @@ pub fn gather() -> anyhow::Result<Facts> {
         seccomp: probe::seccomp_available(),
         scratch_root: tmp.join(format!("cordon-{uid}")),
         run_id: format!("{}-{:08x}", std::process::id(), nanos),
+        outer,
     })
+}
+
+/// What an enclosing cordon sandbox grants, read from the plan it published: its
+/// Landlock allow-list (as seen inside it) and the denials it enforces. None when the
+/// file cannot be read: then this is not a nested run as far as we can tell.
+fn outer_grants(path: &Path) -> Option<Vec<(PathBuf, Access)>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let plan: serde_json::Value = serde_json::from_str(&text).ok()?;
+    // Judge a Landlock rule by its rights, not its label: a listing-only rule (the view's
+    // root, a read-only grant split around a denied file) grants no file access.
+    let by_rights = |rights: u64| {
+        let (read, write, exec) = (
+            rights & AccessFs::ReadFile as u64 != 0,
+            rights & AccessFs::WriteFile as u64 != 0,
+            rights & AccessFs::Execute as u64 != 0,
+        );
+        match (read, write, exec) {
+            (false, _, _) => Access::Deny,
+            (true, false, false) => Access::Ro,
+            (true, false, true) => Access::Rx,
+            (true, true, false) => Access::Rw,
+            (true, true, true) => Access::Rwx,
+        }
+    };
+    let access = |v: &serde_json::Value| -> Option<Access> {
+        Some(match v.as_str()? {
+            "deny" => Access::Deny,
+            "ro" => Access::Ro,
+            "rx" => Access::Rx,
+            "rw" => Access::Rw,
+            "rwx" => Access::Rwx,
+            _ => return None,
+        })
+    };
+    // The outer policy's rules that its kernel layers enforce (a degraded one leaves its
+    // enclosing grant in force, so it is left out)...
+    let mut out = Vec::new();
+    for rule in plan["rules"].as_array()? {
+        let enforced = matches!(
+            rule["layer"].as_str(),
+            Some("view-and-landlock" | "view" | "landlock")
+        );
+        if let (true, Some(path), Some(a)) =
+            (enforced, rule["resolved"].as_str(), access(&rule["access"]))
+        {
+            out.push((PathBuf::from(path), a));
+        }
+    }
+    // ...and its own directories (scratch, /dev, the view's root), from its Landlock rules.
+    for rule in plan["landlock"]["rules"].as_array()? {
+        let path = PathBuf::from(rule["path"].as_str()?);
+        if !out.iter().any(|(p, _)| *p == path) {
+            out.push((path, by_rights(rule["rights"].as_u64()?)));
+        }
+    }
+    Some(out)
 }

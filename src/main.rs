@@ -135,7 +135,11 @@ fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
                 // The kernel refused the namespaces (nested in another sandbox, or user
                 // namespaces restricted): plan again without the view, honestly.
                 let mut facts = facts;
-                facts.namespaces = Err(refused.to_string());
+                facts.namespaces = Err(if facts.outer.is_some() {
+                    format!("{refused}: this runs inside another cordon sandbox, which forbids new namespaces; the inner run is Landlock-only (it can only narrow the outer one)")
+                } else {
+                    refused.to_string()
+                });
                 let plan = plan::build(&policy, &facts, &args.command)?;
                 supervise::check_enforceable(&plan, verbosity).context("and without the view")?;
                 supervise::run(&plan, &facts, &opts)

@@ -19,6 +19,9 @@ pub const PINNED_LANDLOCK_ABI: u32 = 6;
 /// Fixed, because the namespace is private: nothing else can hold it.
 pub const EGRESS_PORT: u16 = 3128;
 
+/// The name of the published plan inside the scratch dir.
+pub const PLAN_FILE: &str = "plan.json";
+
 /// Where the view puts the run's scratch directory (HOME, TMPDIR, the published plan).
 pub const VIEW_SCRATCH: &str = "/run/cordon";
 
@@ -45,6 +48,10 @@ pub struct Facts {
     pub scratch_root: PathBuf,
     /// Unique per run: names the scratch dir.
     pub run_id: String,
+    /// When running inside another cordon sandbox: what it grants, from its published
+    /// plan (path as seen here, access), most specific path deciding.
+    #[serde(skip)]
+    pub outer: Option<Vec<(PathBuf, Access)>>,
 }
 
 /// Which layer enforces a rule, for `explain`.
@@ -80,6 +87,9 @@ pub struct PlannedRule {
     pub note: String,
     #[serde(skip)]
     pub dev_ino: (u64, u64),
+    /// Nested inside another cordon: what the outer sandbox grants at this path. The
+    /// effective access is the intersection; `explain` marks a rule the outer one narrows.
+    pub outer: Option<Access>,
 }
 
 /// A rule the kernel cannot enforce as written on this machine.
@@ -171,6 +181,9 @@ pub struct ScratchPlan {
     /// HOME and TMPDIR as the command sees them.
     pub home: PathBuf,
     pub tmp: PathBuf,
+    /// Where the command finds this plan, published read-only (`CORDON_PLAN`), so a
+    /// cordon nested inside can tell which of its rules the outer sandbox grants.
+    pub plan_file: PathBuf,
 }
 
 /// Everything a run needs, resolved. Printed by `explain`.
@@ -236,8 +249,29 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
         facts.namespaces.clone().err().unwrap_or_default()
     };
 
-    let mut rules = resolve_rules(policy)?;
+    let mut rules = resolve_rules(policy, facts.outer.is_some())?;
     classify(&mut rules, view, &no_view_reason, &mut degraded);
+    if let Some(outer) = &facts.outer {
+        for rule in rules.iter_mut() {
+            if let Some(path) = &rule.resolved {
+                let granted = outer
+                    .iter()
+                    .filter(|(p, _)| path.starts_with(p))
+                    .max_by_key(|(p, _)| p.components().count())
+                    .map_or(Access::Deny, |(_, a)| *a);
+                rule.outer = Some(granted);
+                if rule.access != Access::Deny && !granted.covers(rule.access) {
+                    warnings.push(format!(
+                        "{} {} ({}): the outer sandbox grants only `{}` here; that is what the command gets",
+                        rule.access,
+                        rule.path.display(),
+                        rule.origin,
+                        granted
+                    ));
+                }
+            }
+        }
+    }
 
     let abi = facts.landlock_abi.min(PINNED_LANDLOCK_ABI);
     if facts.landlock_abi == 0 {
@@ -343,7 +377,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
 
 /// Canonicalise every rule; a missing path is an error unless optional (or a deny,
 /// which protects nothing when there is nothing to protect).
-fn resolve_rules(policy: &Policy) -> Result<Vec<PlannedRule>, PlanError> {
+fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, PlanError> {
     let mut out: Vec<PlannedRule> = Vec::new();
     for rule in &policy.rules {
         let (resolved, is_dir, dev_ino, note) = match std::fs::canonicalize(&rule.path) {
@@ -365,6 +399,13 @@ fn resolve_rules(policy: &Policy) -> Result<Vec<PlannedRule>, PlanError> {
             Err(_) if rule.optional || rule.access == Access::Deny => {
                 (None, false, (0, 0), "missing, skipped".to_string())
             }
+            // Inside another cordon's view, what it does not grant does not exist.
+            Err(_) if nested => (
+                None,
+                false,
+                (0, 0),
+                "not granted by the outer sandbox: it does not exist here".to_string(),
+            ),
             Err(e) => {
                 return Err(PlanError(format!(
                     "{}: {} `{}`: {e}; create it, or write `{}?` to skip it when missing",
@@ -388,6 +429,7 @@ fn resolve_rules(policy: &Policy) -> Result<Vec<PlannedRule>, PlanError> {
             layer: Layer::NotNeeded,
             note,
             dev_ino,
+            outer: None,
         });
     }
     Ok(out)
@@ -550,7 +592,13 @@ fn scratch_plan(policy: &Policy, facts: &Facts, view: bool) -> ScratchPlan {
             .unwrap_or_else(|| PathBuf::from("/tmp")),
         Location::Path(p) => p.clone(),
     };
+    let plan_file = if view {
+        Path::new(VIEW_SCRATCH).join(PLAN_FILE)
+    } else {
+        dir.join(PLAN_FILE)
+    };
     ScratchPlan {
+        plan_file,
         dir,
         keep: policy.keep_scratch,
         home,
@@ -698,53 +746,47 @@ fn view_mounts(
         },
     );
 
-    // The private scratch: the run dir at /run/cordon, its tmp at /tmp as well.
+    // The scratch: the run dir read-only at /run/cordon (it holds the published plan),
+    // the private home writable inside it, the private tmp at /tmp.
     let run = Path::new(VIEW_SCRATCH);
-    if policy.home == Location::Private || policy.tmp == Location::Private {
-        insert_before_beneath(
-            &mut mounts,
-            Mount::Bind {
-                source: scratch.dir.clone(),
-                target: run.to_path_buf(),
-                is_dir: true,
-                read_only: false,
-                exec: true,
-                device: false,
-                dev_ino: (0, 0),
-            },
-        );
+    let mut scratch_binds = vec![scratch_bind(&scratch.dir, run, true)];
+    if policy.home == Location::Private {
+        scratch_binds.push(scratch_bind(
+            &scratch.dir.join("home"),
+            &run.join("home"),
+            false,
+        ));
     }
     if policy.tmp == Location::Private {
-        insert_before_beneath(
-            &mut mounts,
-            Mount::Bind {
-                source: scratch.dir.join("tmp"),
-                target: PathBuf::from("/tmp"),
-                is_dir: true,
-                read_only: false,
-                exec: true,
-                device: false,
-                dev_ino: (0, 0),
-            },
-        );
+        scratch_binds.push(scratch_bind(
+            &scratch.dir.join("tmp"),
+            Path::new("/tmp"),
+            false,
+        ));
     }
     for loc in [&policy.home, &policy.tmp] {
         if let Location::Path(p) = loc {
-            insert_before_beneath(
-                &mut mounts,
-                Mount::Bind {
-                    source: p.clone(),
-                    target: p.clone(),
-                    is_dir: true,
-                    read_only: false,
-                    exec: true,
-                    device: false,
-                    dev_ino: (0, 0),
-                },
-            );
+            scratch_binds.push(scratch_bind(p, p, false));
         }
     }
+    for bind in scratch_binds {
+        insert_before_beneath(&mut mounts, bind);
+    }
     mounts
+}
+
+/// A bind of one of the run's own directories: never a device, always executable (the
+/// command's private files are its own), read-only only for the published plan's dir.
+fn scratch_bind(source: &Path, target: &Path, read_only: bool) -> Mount {
+    Mount::Bind {
+        source: source.to_path_buf(),
+        target: target.to_path_buf(),
+        is_dir: true,
+        read_only,
+        exec: !read_only,
+        device: false,
+        dev_ino: (0, 0),
+    }
 }
 
 /// Add a scratch bind before the first mount beneath its target (a workspace under
@@ -827,8 +869,13 @@ fn landlock_plan(
     // The private scratch is the command's own: read, write and execute.
     let mut private = Vec::new();
     if view {
-        if policy.home == Location::Private || policy.tmp == Location::Private {
-            private.push(PathBuf::from(VIEW_SCRATCH));
+        out.push(LandlockRule {
+            path: PathBuf::from(VIEW_SCRATCH),
+            access: Access::Ro,
+            rights: rights(Access::Ro, true, abi),
+        });
+        if policy.home == Location::Private {
+            private.push(Path::new(VIEW_SCRATCH).join("home"));
         }
         if policy.tmp == Location::Private {
             private.push(PathBuf::from("/tmp"));
@@ -849,6 +896,11 @@ fn landlock_plan(
             rights: rights(Access::Ro, true, abi),
         });
     } else {
+        out.push(LandlockRule {
+            path: scratch.plan_file.clone(),
+            access: Access::Ro,
+            rights: rights(Access::Ro, false, abi),
+        });
         if policy.home == Location::Private {
             private.push(scratch.home.clone());
         }
@@ -997,6 +1049,10 @@ fn environment(
         env.insert("no_proxy".into(), "localhost,127.0.0.1,::1".into());
     }
     env.insert("CORDON".into(), "1".into());
+    env.insert(
+        "CORDON_PLAN".into(),
+        scratch.plan_file.display().to_string(),
+    );
     for (name, value) in &policy.env_set {
         env.insert(name.clone(), value.clone());
     }

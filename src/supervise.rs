@@ -181,6 +181,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     let (owner_uid, owner_gid) = plan.identity.unwrap_or((facts.uid, facts.gid));
     let scratch = Scratch::create(&plan.scratch.dir, owner_uid, owner_gid)?;
     scratch.add_mountpoints(&plan.mounts)?;
+    scratch.publish(plan)?;
 
     let mut env = plan.env.clone();
     let mut ports = plan.landlock.ports.clone();
@@ -305,6 +306,9 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
                     )
                 })
                 .unwrap_or_default();
+            if report.step == "landlock_restrict_self" && report.errno == libc::E2BIG {
+                bail!("too deeply nested: Landlock stacks at most 16 sandboxes, and this would be one more");
+            }
             bail!(
                 "setting up the sandbox failed at `{}`{mount}: {}",
                 report.step,
@@ -678,6 +682,20 @@ impl Scratch {
                     .with_context(|| format!("cannot create the mountpoint {}", at.display()))?;
             }
         }
+        Ok(())
+    }
+
+    /// Write the plan where the command can read it and not change it.
+    fn publish(&self, plan: &Plan) -> anyhow::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(crate::plan::PLAN_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&path)
+            .with_context(|| format!("cannot publish the plan at {}", path.display()))?;
+        serde_json::to_writer_pretty(&mut file, plan)?;
         Ok(())
     }
 

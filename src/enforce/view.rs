@@ -1423,6 +1423,7 @@ mod tests {
             seccomp: true,
             scratch_root: f.dir.0.clone(),
             run_id: "t".into(),
+            outer: None,
         };
         let plan = plan::build(&policy, &facts, &["true".into()]).unwrap();
         assert!(plan.view);

@@ -17,17 +17,22 @@ pub fn gather() -> anyhow::Result<Facts> {
     let env: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let account = nix::unistd::User::from_uid(uid.into()).ok().flatten();
-    let home = env
-        .get("HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| account.as_ref().map(|u| u.dir.clone()))
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let user_name = account
-        .map(|u| u.name)
-        .or_else(|| env.get("USER").cloned())
-        .unwrap_or_else(|| uid.to_string());
+    // The account database (NSS) is asked only when the environment does not say: it
+    // costs more than the rest of the launch.
+    let env_home = env.get("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let env_user = env.get("USER").filter(|u| !u.is_empty()).cloned();
+    let (home, user_name) = match (env_home, env_user) {
+        (Some(home), Some(user)) => (home, user),
+        (home, user) => {
+            let account = nix::unistd::User::from_uid(uid.into()).ok().flatten();
+            (
+                home.or_else(|| account.as_ref().map(|u| u.dir.clone()))
+                    .unwrap_or_else(|| PathBuf::from("/")),
+                user.or_else(|| account.map(|u| u.name))
+                    .unwrap_or_else(|| uid.to_string()),
+            )
+        }
+    };
     let tmp = env
         .get("TMPDIR")
         .map(PathBuf::from)

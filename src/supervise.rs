@@ -687,6 +687,7 @@ impl Scratch {
 
     /// Write the plan where the command can read it and not change it.
     fn publish(&self, plan: &Plan) -> anyhow::Result<()> {
+        use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(crate::plan::PLAN_FILE);
         let mut file = std::fs::OpenOptions::new()
@@ -695,7 +696,8 @@ impl Scratch {
             .mode(0o444)
             .open(&path)
             .with_context(|| format!("cannot publish the plan at {}", path.display()))?;
-        serde_json::to_writer_pretty(&mut file, plan)?;
+        // One write: the plan is on every launch's path.
+        file.write_all(&serde_json::to_vec(plan)?)?;
         Ok(())
     }
 

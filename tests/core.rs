@@ -1056,3 +1056,300 @@ fn version_works() {
         format!("cordon {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Process: signals, parent death, capabilities, descriptors, identity, unix sockets.
+
+#[test]
+fn other_signals_are_forwarded() {
+    let fx = Fixture::new("signals");
+    let ready = fx.cwd.join("ready");
+    let log = fx.cwd.join("log");
+    let script = format!(
+        "for s in INT HUP USR1 USR2; do trap \"echo $s >> {l}\" $s; done; touch {r}; \
+         i=0; while [ $i -lt 600 ] && [ \"$(wc -l < {l} 2>/dev/null || echo 0)\" -lt 4 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
+        l = s(&log),
+        r = s(&ready)
+    );
+    let started = Instant::now();
+    let child = fx
+        .cordon()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    use nix::sys::signal::Signal::*;
+    for (n, sig) in [SIGINT, SIGHUP, SIGUSR1, SIGUSR2].into_iter().enumerate() {
+        nix::sys::signal::kill(pid, sig).unwrap();
+        // One at a time, so two pending signals are never merged.
+        let got = wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() > n)
+        });
+        assert!(got, "{sig} did not arrive");
+    }
+    let out = common::finish(child, started);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "INT\nHUP\nUSR1\nUSR2\n"
+    );
+}
+
+/// The pids of every descendant of `pid`, from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                out.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` still runs (exists and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+    })
+}
+
+#[test]
+fn the_command_dies_with_cordon() {
+    let fx = Fixture::new("pdeathsig");
+    let ready = fx.cwd.join("ready");
+    let started = Instant::now();
+    let mut child = fx
+        .cordon()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; exec sleep 60", s(&ready)),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    let tree = descendants(child.id());
+    assert!(!tree.is_empty(), "no command under cordon");
+    assert!(tree.iter().all(|p| alive(*p)));
+    child.kill().unwrap(); // SIGKILL: cordon gets no chance to clean up
+    child.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(10), || tree.iter().all(|p| !alive(*p)));
+    assert!(gone, "still running after cordon died: {tree:?}");
+    assert!(started.elapsed() < Duration::from_secs(40));
+}
+
+fn proc_status(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .trim()
+        .to_string()
+}
+
+const CAP_KEYS: [&str; 5] = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"];
+
+#[test]
+fn the_command_holds_no_capability_and_no_new_privs() {
+    let fx = Fixture::new("caps");
+    // The other side: the test itself runs as root with capabilities (CI and the
+    // development machine do), so an unconfined process would fail the checks below.
+    let host = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert_ne!(proc_status(&host, "CapEff"), "0000000000000000");
+    assert_ne!(proc_status(&host, "CapBnd"), "0000000000000000");
+
+    let out = run(fx.cordon().args(["--", "cat", "/proc/self/status"]));
+    assert_eq!(out.code, Some(0), "{out}");
+    for key in CAP_KEYS {
+        assert_eq!(proc_status(&out.stdout, key), "0000000000000000", "{key}");
+    }
+    assert_eq!(proc_status(&out.stdout, "NoNewPrivs"), "1");
+}
+
+#[test]
+fn user_flag_runs_as_that_user_without_any_capability() {
+    let fx = Fixture::new("user");
+    let out = run(fx.cordon().args([
+        "--user",
+        "nobody",
+        "--",
+        "sh",
+        "-c",
+        "id -u; id -G; touch \"$HOME/x\" \"$TMPDIR/y\" && echo scratch-ok; cat /proc/self/status",
+    ]));
+    assert_eq!(out.code, Some(0), "{out}");
+    let mut lines = out.stdout.lines();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(lines.next(), Some(nobody.uid.to_string().as_str()), "{out}");
+    assert_eq!(lines.next(), Some(nobody.gid.to_string().as_str()), "{out}");
+    assert_eq!(lines.next(), Some("scratch-ok"), "{out}");
+    for key in CAP_KEYS {
+        assert_eq!(
+            proc_status(&out.stdout, key),
+            "0000000000000000",
+            "{key}: {out}"
+        );
+    }
+    assert_eq!(proc_status(&out.stdout, "NoNewPrivs"), "1");
+    // Without --user, root stays root (with no capability).
+    let out = run(fx.cordon().args(["--", "id", "-u"]));
+    assert_eq!(out.stdout.trim(), "0", "{out}");
+}
+
+#[test]
+fn inherited_descriptors_are_closed() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fx = Fixture::new("fds");
+    let file = std::fs::File::open(fx.root()).unwrap();
+    let raw = file.as_raw_fd();
+    let with_fd_7 = |cmd: &mut std::process::Command| {
+        // SAFETY: dup2 is async-signal-safe; it leaves fd 7 open across exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(raw, 7) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    // The other side: without cordon, the descriptor does reach the program.
+    let mut direct = std::process::Command::new("python3");
+    direct
+        .env("PATH", common::PATH)
+        .args(["-c", common::PROBE, "fstat", "7"]);
+    with_fd_7(&mut direct);
+    let out = run(&mut direct);
+    assert_eq!(out.stdout, "fstat OK\n", "{out}");
+
+    let mut cmd = fx.cordon();
+    cmd.args(["--", "python3", "-c", common::PROBE, "fstat", "7"]);
+    with_fd_7(&mut cmd);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(out.stdout, "fstat EBADF\n", "{out}");
+    drop(file);
+}
+
+#[test]
+fn the_command_cannot_signal_processes_outside_the_sandbox() {
+    let fx = Fixture::new("scope-signal");
+    // A process of the test's own, outside the sandbox: the only possible victim.
+    let mut victim = std::process::Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = fx.probe(&[], &[("kill", &victim.id().to_string())]);
+    let still_running = victim.try_wait().unwrap().is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    // Landlock scoping (no view), or a PID namespace where the pid is absent (view).
+    assert!(
+        ["EPERM", "ESRCH"].contains(&result[0].as_str()),
+        "{result:?}"
+    );
+    assert!(
+        still_running,
+        "the sandboxed command killed the test's process"
+    );
+    // The other side: it can signal its own children.
+    let out = run(fx.cordon().args([
+        "--",
+        "sh",
+        "-c",
+        "sleep 30 & kill -TERM $!; wait $!; echo $?",
+    ]));
+    assert_eq!((out.code, out.stdout.trim()), (Some(0), "143"), "{out}");
+}
+
+#[test]
+fn unix_sockets_outside_the_sandbox_are_unreachable() {
+    use std::os::unix::net::UnixListener;
+    let fx = Fixture::new("unix");
+    let path = fx.outside.join("sock");
+    let server = UnixListener::bind(&path).unwrap();
+    server.set_nonblocking(true).unwrap();
+    let abstract_name = format!(
+        "@cordon-test-{}-{}",
+        std::process::id(),
+        fx.root().display()
+    );
+    let abstract_server = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name[1..]).unwrap();
+        let l = UnixListener::bind_addr(&addr).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    };
+    let result = fx.probe(
+        &[],
+        &[
+            ("unix-connect", s(&path)),
+            ("unix-connect", &abstract_name),
+            ("socketpair", "-"),
+        ],
+    );
+    // No view: seccomp refuses new unix sockets (EPERM), Landlock the abstract one
+    // (EPERM); with the view the path does not exist and the abstract namespace is the
+    // sandbox's own network namespace.
+    assert!(
+        ["EPERM", "EACCES", "ENOENT"].contains(&result[0].as_str()),
+        "{result:?}"
+    );
+    assert!(
+        ["EPERM", "ECONNREFUSED"].contains(&result[1].as_str()),
+        "{result:?}"
+    );
+    assert_eq!(result[2], "OK", "socketpair must keep working");
+    let no_conn =
+        |l: &UnixListener| matches!(l.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    assert!(no_conn(&server), "the path socket saw a connection");
+    assert!(
+        no_conn(&abstract_server),
+        "the abstract socket saw a connection"
+    );
+    // The other side: the same probe, unconfined, reaches both.
+    let mut direct = std::process::Command::new("python3");
+    direct.env("PATH", common::PATH).args([
+        "-c",
+        common::PROBE,
+        "unix-connect",
+        s(&path),
+        "unix-connect",
+        &abstract_name,
+    ]);
+    let out = run(&mut direct);
+    assert_eq!(out.stdout, "unix-connect OK\nunix-connect OK\n", "{out}");
+}
+
+#[test]
+fn explain_why_names_the_deciding_rule() {
+    let fx = Fixture::new("why");
+    let data = fx.dir("data");
+    let out = run(fx
+        .explain()
+        .args(["--ro", s(&data), "--why", s(&data.join("f")), "--", "true"]));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains(s(&data)), "{out}");
+    assert!(out.stdout.contains("ro"), "{out}");
+    assert!(
+        out.stdout.contains("--ro"),
+        "names where the rule came from: {out}"
+    );
+}

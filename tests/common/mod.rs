@@ -228,6 +228,19 @@ def attempt(op, arg):
         os.unlink(arg)
     elif op == "exec":
         subprocess.run([arg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    elif op == "fstat":
+        os.fstat(int(arg))
+    elif op == "kill":
+        os.kill(int(arg), 15)
+    elif op == "unix-connect":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(arg.replace("@", "\0", 1) if arg.startswith("@") else arg)
+        s.close()
+    elif op == "socketpair":
+        a, b = socket.socketpair()
+        a.sendall(b"x")
+        assert b.recv(1) == b"x"
     elif op == "connect":
         socket.create_connection(("127.0.0.1", int(arg)), timeout=5).close()
     else:

@@ -1353,3 +1353,200 @@ fn explain_why_names_the_deciding_rule() {
         "names where the rule came from: {out}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Scratch cleanup on every path out, and relative paths.
+
+#[test]
+fn scratch_cleanup_does_not_follow_planted_symlinks() {
+    let fx = Fixture::new("symlink");
+    // The victim: a directory of the test's own that the command cannot reach but
+    // could name in a symlink, hoping cleanup follows it.
+    let victim = fx.dir("victim");
+    fx.write(&victim.join("keep-me"), "precious");
+    let script = format!(
+        "ln -s {v} \"$HOME/link\" && ln -s {v}/keep-me \"$TMPDIR/file-link\" && \
+         mkdir \"$HOME/d\" && ln -s {v} \"$HOME/d/inner\" && echo planted",
+        v = s(&victim)
+    );
+    let out = run(fx.cordon().args(["--", "sh", "-c", &script]));
+    assert_eq!((out.code, out.stdout.trim()), (Some(0), "planted"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("keep-me")).unwrap(),
+        "precious"
+    );
+    assert_eq!(fx.scratch_leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn scratch_is_removed_on_every_way_out() {
+    let fx = Fixture::new("cleanup");
+    let cases: [(&[&str], Option<i32>); 5] = [
+        (&["--", "sh", "-c", "touch \"$HOME/x\"; exit 3"], Some(3)),
+        (
+            &["--", "sh", "-c", "touch \"$HOME/x\"; kill -9 $$"],
+            Some(137),
+        ),
+        (&["--", "cordon-test-no-such-command"], Some(127)),
+        (
+            &[
+                "--timeout",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                "touch \"$HOME/x\"; exec sleep 30",
+            ],
+            Some(124),
+        ),
+        (&["--", "./not-executable"], Some(126)),
+    ];
+    fx.write(&fx.cwd.join("not-executable"), "#!/bin/sh\n");
+    for (args, code) in cases {
+        let out = run(fx.cordon().args(args));
+        assert_eq!(out.code, code, "{args:?}: {out}");
+        assert_eq!(fx.scratch_leftovers(), Vec::<String>::new(), "{args:?}");
+    }
+}
+
+#[test]
+fn scratch_is_removed_after_a_forwarded_sigterm() {
+    let fx = Fixture::new("cleanup-term");
+    let ready = fx.cwd.join("ready");
+    let started = Instant::now();
+    let child = fx
+        .cordon()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("touch \"$HOME/x\" {}; exec sleep 60", s(&ready)),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    assert_eq!(
+        fx.scratch_leftovers().len(),
+        1,
+        "the run's scratch dir exists"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = common::finish(child, started);
+    assert_eq!(out.code, Some(143), "{out}");
+    assert_eq!(fx.scratch_leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn relative_paths_resolve_against_cwd_on_the_command_line_and_the_file_elsewhere() {
+    let fx = Fixture::new("relative");
+    let file = fx.outside.join("f");
+    fx.write(&file, "rel");
+    // On the command line: against the current directory (fixture/cwd).
+    assert_eq!(
+        fx.probe(&["--ro", "../outside"], &[("read", s(&file))]),
+        ["OK"]
+    );
+    // In a file: against the file's directory, not the current one.
+    let policy = fx.policy(
+        "policies/p.toml",
+        "extends = [\"default\"]\n[fs]\nro = [\"../outside\"]\n",
+    );
+    assert_eq!(fx.probe(&["-p", s(&policy)], &[("read", s(&file))]), ["OK"]);
+    let policy = fx.policy(
+        "policies/q.toml",
+        "extends = [\"default\"]\n[fs]\nro = [\"outside?\"]\n",
+    );
+    // fixture/policies/outside does not exist (optional, skipped); fixture/cwd/outside
+    // neither: the real outside stays closed.
+    assert_eq!(
+        fx.probe(&["-p", s(&policy)], &[("read", s(&file))]),
+        ["EACCES"]
+    );
+}
+
+#[test]
+fn explicit_run_subcommand_is_the_same() {
+    let fx = Fixture::new("run-sub");
+    let mut cmd = fx.bare();
+    cmd.arg("run")
+        .args(common::MODE_FLAGS)
+        .args(["-q", "--", "sh", "-c", "exit 5"]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(5), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Nothing outlives the run.
+
+/// Pids of running processes whose command line contains `token`.
+fn processes_with(token: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// Run `script` (which starts a background `python3 … TOKEN` sleeper) and return the
+/// sleepers still running 10 s after cordon exited; they are killed before returning.
+/// They are the test's own processes, found by a token unique to this test run.
+fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> {
+    let token = format!("cordon-test-survivor-{}", fx.root().display());
+    let sleeper = format!("python3 -c 'import time; time.sleep(60)' {token}");
+    let script = script.replace("SLEEPER", &sleeper);
+    // No pipes: a survivor would hold them open.
+    let mut child = fx
+        .cordon()
+        .args(flags)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let exited = wait_until(common::DEADLINE, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(code));
+    wait_until(Duration::from_secs(10), || {
+        processes_with(&token).is_empty()
+    });
+    let left = processes_with(&token);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    left
+}
+
+#[test]
+#[ignore = "bug: without the view, descendants of the command survive --timeout (supervise.rs signals only the direct child)"]
+fn timeout_ends_the_whole_tree() {
+    let fx = Fixture::new("timeout-tree");
+    let left = survivors(&fx, &["--timeout", "1s"], "SLEEPER & sleep 30", 124);
+    assert!(left.is_empty(), "still running after the timeout: {left:?}");
+}
+
+#[test]
+#[ignore = "bug: without the view, background processes of the command outlive the run (nothing ends the tree at exit)"]
+fn no_process_outlives_the_run() {
+    let fx = Fixture::new("exit-tree");
+    let left = survivors(&fx, &[], "SLEEPER & sleep 0.5; exit 0", 0);
+    assert!(
+        left.is_empty(),
+        "still running after cordon exited: {left:?}"
+    );
+}

@@ -117,11 +117,9 @@ pub struct RunArgs {
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
     /// The command and its arguments
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    // No `allow_hyphen_values`: with it a mistyped option (`--best-efort`) became the
+    // command. A command that starts with `-` goes after `--`.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -140,11 +138,9 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub check: bool,
     /// The command and its arguments
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    // No `allow_hyphen_values`: with it a mistyped option (`--best-efort`) became the
+    // command. A command that starts with `-` goes after `--`.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

@@ -14,10 +14,16 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EXIT_CORDON } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: clap prints them on stdout.
             let _ = e.print();
-            return ExitCode::from(code as u8);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // A usage error: like every cordon error, it starts with `cordon:`.
+            let text = e.render().to_string();
+            eprint!("cordon: {}", text.strip_prefix("error: ").unwrap_or(&text));
+            return ExitCode::from(EXIT_CORDON as u8);
         }
     };
     match dispatch(cli) {

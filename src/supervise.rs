@@ -407,12 +407,12 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     }
     if plan.scratch.keep {
         scratch.keep();
-        if opts.verbosity != Verbosity::Quiet {
-            eprintln!(
-                "cordon: kept the scratch dir: {}",
-                plan.scratch.dir.display()
-            );
-        }
+        // Printed even with -q: the caller asked for the directory, and this line is the
+        // only place that says where it is.
+        eprintln!(
+            "cordon: kept the scratch dir: {}",
+            plan.scratch.dir.display()
+        );
     } else {
         drop(scratch);
     }

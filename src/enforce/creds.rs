@@ -187,6 +187,21 @@ fn capget() -> Result<[CapData; 2], StepError> {
 /// Ends by re-reading the sets with `capget` and failing with step
 /// `"verify capabilities"` if any is non-zero.
 pub fn drop_all_capabilities() -> Result<(), StepError> {
+    drop_bounding_set()?;
+    clear_capability_sets()
+}
+
+/// Empty the bounding set, as far as this process may (see
+/// [`drop_all_capabilities`]: without `CAP_SETPCAP` and with nothing permitted,
+/// it is left as inherited).
+///
+/// Exists separately because switching to another uid clears the permitted
+/// set, after which the bounding set can no longer be changed: the launch
+/// calls this *before* [`switch_identity`], while root still holds
+/// `CAP_SETPCAP`, so a command run with `--user` gets an empty bounding set
+/// too. Dropping bounding capabilities does not affect `setresuid`/`setresgid`,
+/// which need the effective set.
+pub fn drop_bounding_set() -> Result<(), StepError> {
     let before = capget()?;
     let can_setpcap = before[0].effective & (1 << CAP_SETPCAP) != 0;
     let holds_nothing = before[0].permitted == 0 && before[1].permitted == 0;
@@ -210,7 +225,11 @@ pub fn drop_all_capabilities() -> Result<(), StepError> {
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
         check("PR_CAPBSET_DROP", rc as libc::c_long)?;
     }
+    Ok(())
+}
 
+/// The ambient, inheritable, permitted and effective sets, then a check.
+fn clear_capability_sets() -> Result<(), StepError> {
     // SAFETY: integer-only prctl.
     let rc = unsafe {
         libc::prctl(
@@ -762,6 +781,31 @@ mod tests {
             status_has(b"CapEff:\t0000000000000000\n")?;
             status_has(b"CapPrm:\t0000000000000000\n")?;
             status_has(b"CapAmb:\t0000000000000000\n")
+        });
+    }
+
+    #[test]
+    fn bounding_set_dropped_before_switch_stays_empty() {
+        // The launch order for `--user`: bounding set first (as root), then the
+        // switch, then the rest.
+        run_in_child(|| {
+            drop_bounding_set().map_err(step)?;
+            switch_identity(Some(Identity {
+                uid: 65534,
+                gid: 65534,
+            }))
+            .map_err(step)?;
+            drop_all_capabilities().map_err(step)?;
+            for line in [
+                &b"CapInh:\t0000000000000000\n"[..],
+                b"CapPrm:\t0000000000000000\n",
+                b"CapEff:\t0000000000000000\n",
+                b"CapBnd:\t0000000000000000\n",
+                b"CapAmb:\t0000000000000000\n",
+            ] {
+                status_has(line)?;
+            }
+            Ok(())
         });
     }
 

@@ -5,7 +5,7 @@
 //! supervisor ──clone(NEWNS|NEWPID|NEWNET[|NEWUSER])──► init (PID 1 of the sandbox)
 //!   init:    parent-death signal, uid/gid maps, loopback up, egress listener handed
 //!            back, the view (ends in pivot_root), then fork:
-//!   command: rlimits, groups, gid, uid, parent-death signal, capabilities,
+//!   command: rlimits, bounding set, groups, gid, uid, parent-death signal, capabilities,
 //!            no_new_privs, Landlock, seccomp (last), close-on-exec of every
 //!            inherited descriptor above 2, signal mask reset, exec
 //!   init:    drops its own capabilities and reaps until the command exits, then
@@ -511,6 +511,9 @@ fn command_main(p: &Prepared, err_w: RawFd, supervisor: Option<libc::pid_t>) -> 
         fail(err_w, StepError::last("enter the working directory"), 125);
     }
     check(err_w, p.limits.apply());
+    // The bounding set only while still privileged: the identity switch below clears
+    // the permitted set, after which it could no longer be emptied.
+    check(err_w, creds::drop_bounding_set());
     check(err_w, creds::switch_identity(p.identity));
     // The parent-death signal is cleared by a change of credentials: set it after.
     // SAFETY: prctl with integer arguments.

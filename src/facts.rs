@@ -19,7 +19,10 @@ pub fn gather() -> anyhow::Result<Facts> {
         .collect();
     // The account database (NSS) is asked only when the environment does not say: it
     // costs more than the rest of the launch.
-    let env_home = env.get("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let env_home = env
+        .get("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
     let env_user = env.get("USER").filter(|u| !u.is_empty()).cloned();
     let (home, user_name) = match (env_home, env_user) {
         (Some(home), Some(user)) => (home, user),

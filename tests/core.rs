@@ -296,15 +296,51 @@ fn deny_inside_a_grant_without_the_view_is_refused_in_strict_mode() {
 }
 
 #[test]
-fn default_profile_without_the_view_is_refused_in_strict_mode() {
+fn default_profile_without_the_view_runs_strict_and_hides_etc_secrets() {
+    // The system profile's denied files under /etc sit in read-only grants, which
+    // Landlock alone enforces by splitting them: no view, no --best-effort needed.
     let fx = Fixture::new("default-strict");
     let marker = fx.cwd.join("ran");
     let mut cmd = fx.bare();
-    cmd.args(["--no-view", "--", "touch", s(&marker)]);
+    cmd.args([
+        "--no-view",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "touch {}; cat /etc/shadow; head -c 4 /etc/passwd",
+            s(&marker)
+        ),
+    ]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(marker.exists());
+    assert!(
+        out.stderr.contains("/etc/shadow: Permission denied"),
+        "{out}"
+    );
+    assert!(out.stdout.starts_with("root"), "{out}");
+}
+
+#[test]
+fn denied_dir_in_a_writable_grant_without_the_view_is_refused_in_strict_mode() {
+    let fx = Fixture::new("deny-dir-strict");
+    let secrets = fx.cwd.join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let marker = fx.cwd.join("ran");
+    let mut cmd = fx.bare();
+    cmd.args([
+        "--no-view",
+        "--deny",
+        s(&secrets),
+        "--",
+        "touch",
+        s(&marker),
+    ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(125), "{out}");
     assert!(out.stderr.starts_with("cordon:"), "{out}");
-    assert!(out.stderr.contains("/etc/shadow"), "{out}");
+    assert!(out.stderr.contains(s(&secrets)), "{out}");
     assert!(!marker.exists());
 }
 
@@ -961,9 +997,19 @@ fn explain_json_parses_and_never_shows_values() {
 #[test]
 fn explain_check_gates_on_degraded_rules() {
     let fx = Fixture::new("explain-check");
-    // Without the view the default profile's /etc/shadow deny is degraded.
+    // Without the view a denied directory inside the writable workspace is degraded.
+    let secrets = fx.cwd.join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
     let mut cmd = fx.bare();
-    cmd.args(["explain", "--no-view", "--check", "--", "true"]);
+    cmd.args([
+        "explain",
+        "--no-view",
+        "--check",
+        "--deny",
+        s(&secrets),
+        "--",
+        "true",
+    ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(1), "{out}");
     let policy = fx.policy("p.toml", "[fs]\nrx = [\"/usr\"]\n");

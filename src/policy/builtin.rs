@@ -4,6 +4,9 @@
 pub const PROFILES: &[(&str, &str)] = &[
     ("system", include_str!("../../profiles/system.toml")),
     ("default", include_str!("../../profiles/default.toml")),
+    ("readonly", include_str!("../../profiles/readonly.toml")),
+    ("ci", include_str!("../../profiles/ci.toml")),
+    ("agent", include_str!("../../profiles/agent.toml")),
 ];
 
 /// The text of a built-in profile.

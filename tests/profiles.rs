@@ -2,9 +2,8 @@
 //! shown and resolvable, and each rule it adds is checked from both sides — what it
 //! allows works, what it withholds fails with the expected error.
 //!
-//! Workspaces are made under `CARGO_TARGET_TMPDIR`, not `/tmp`: the view cannot yet
-//! bind a workspace that lies beneath the private `/tmp` (see the ignored test
-//! `workspace_under_tmp`).
+//! Workspaces are fresh directories in the system temp dir, as a user's would be:
+//! beneath the host's `/tmp`, which the view replaces with the run's private one.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,14 +17,34 @@ fn cordon() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cordon"))
 }
 
-/// A fresh, empty directory for one test.
-fn workspace(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("profiles-tests")
-        .join(format!("{tag}-{}", std::process::id()));
+/// A fresh, empty directory for one test, removed when dropped.
+struct Workspace(PathBuf);
+
+impl std::ops::Deref for Workspace {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Workspace {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn workspace(tag: &str) -> Workspace {
+    let dir =
+        std::env::temp_dir().join(format!("cordon-profiles-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Workspace(dir)
 }
 
 /// Run `cordon -p PROFILE [extra] -- ARGS` in `dir`.
@@ -318,7 +337,7 @@ fn ci_runs_git_keeps_ci_variables_and_drops_their_secrets() {
 }
 
 /// A workspace with the files the agent profile protects.
-fn agent_workspace(tag: &str) -> PathBuf {
+fn agent_workspace(tag: &str) -> Workspace {
     let ws = workspace(tag);
     std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
     std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
@@ -479,23 +498,8 @@ fn agent_cannot_plant_a_hook_by_moving_git_aside() {
     );
 }
 
-#[test]
-#[ignore = "view limitation: a workspace beneath /tmp is refused at launch (`mountpoint \
-            missing inside a host bind`): the private /tmp is mounted first and the view \
-            never creates the workspace's mountpoint inside the host's scratch dir"]
-fn workspace_under_tmp() {
-    let ws = std::env::temp_dir().join(format!("cordon-profiles-tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&ws);
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("file.txt"), "x").unwrap();
-    let out = run("readonly", &ws, &[], &["ls"]);
-    let _ = std::fs::remove_dir_all(&ws);
-    assert!(out.status.success(), "{}", show(&out));
-    assert!(text(&out.stdout).contains("file.txt"));
-}
-
 /// Run a toolchain's version command under its profile, or say why not.
-fn toolchain(profile: &str, program: &str, args: &[&str]) -> Option<(PathBuf, Output)> {
+fn toolchain(profile: &str, program: &str, args: &[&str]) -> Option<(Workspace, Output)> {
     if !installed(program) {
         eprintln!("skipped: {program} not installed");
         return None;

@@ -4,6 +4,13 @@
 pub const PROFILES: &[(&str, &str)] = &[
     ("system", include_str!("../../profiles/system.toml")),
     ("default", include_str!("../../profiles/default.toml")),
+    ("readonly", include_str!("../../profiles/readonly.toml")),
+    ("ci", include_str!("../../profiles/ci.toml")),
+    ("agent", include_str!("../../profiles/agent.toml")),
+    ("rust", include_str!("../../profiles/rust.toml")),
+    ("python", include_str!("../../profiles/python.toml")),
+    ("node", include_str!("../../profiles/node.toml")),
+    ("go", include_str!("../../profiles/go.toml")),
 ];
 
 /// The text of a built-in profile.

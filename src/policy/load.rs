@@ -184,6 +184,7 @@ impl<'a> Merger<'a> {
         extend_unique(&mut self.policy.env_deny, env.deny);
         for (name, value) in env.set {
             check_env_name(&name).map_err(|m| PolicyError::plain(&src.display, m))?;
+            let value = expand_value(&value, self.ctx);
             self.set_env(name, value);
         }
 
@@ -582,6 +583,23 @@ fn extend_unique<T: PartialEq>(list: &mut Vec<T>, items: impl IntoIterator<Item 
     }
 }
 
+/// Expand `${HOME}`, `${CWD}` and a leading `~` (`~` or `~/…`) in an `[env] set` value,
+/// so a profile can point a tool at the invoking user's real home (`CARGO_HOME =
+/// "${HOME}/.cargo"`) while `HOME` itself is private. Anything else, `${env:NAME}` and
+/// unknown `${…}` included, stays as written: a value may legitimately contain `${`.
+fn expand_value(raw: &str, ctx: &Context) -> String {
+    let home = ctx.home.display().to_string();
+    let mut value = raw.to_string();
+    if value == "~" {
+        value = home.clone();
+    } else if let Some(rest) = value.strip_prefix("~/") {
+        value = format!("{home}/{rest}");
+    }
+    value
+        .replace("${HOME}", &home)
+        .replace("${CWD}", &ctx.cwd.display().to_string())
+}
+
 /// Expand variables and make the path absolute. Returns the path and whether it was
 /// marked optional with a trailing `?`.
 ///
@@ -732,6 +750,41 @@ mod tests {
             .unwrap_err()
             .contains("unknown variable"));
         assert!(expand_path("rel", None, &c).is_err());
+    }
+
+    #[test]
+    fn env_set_values_expand_home_and_cwd() {
+        let c = ctx();
+        assert_eq!(expand_value("${HOME}/.cargo", &c), "/home/u/.cargo");
+        assert_eq!(expand_value("~/.rustup", &c), "/home/u/.rustup");
+        assert_eq!(expand_value("~", &c), "/home/u");
+        assert_eq!(expand_value("${CWD}/target", &c), "/work/here/target");
+        assert_eq!(expand_value("a~/b", &c), "a~/b");
+        assert_eq!(expand_value("${env:PROJ} ${X}", &c), "${env:PROJ} ${X}");
+        assert_eq!(expand_value("true", &c), "true");
+
+        let d = tempdir("envset");
+        let p = write(
+            &d,
+            "p.toml",
+            "[env]\nset = { CARGO_HOME = \"${HOME}/.cargo\", LIT = \"$HOME\" }\n",
+        );
+        let o = Overrides {
+            profiles: vec![p.display().to_string()],
+            env: vec!["FLAG=${HOME}".into()],
+            ..Default::default()
+        };
+        let pol = load(&o, &c).unwrap();
+        let get = |n: &str| {
+            pol.env_set
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(get("CARGO_HOME").as_deref(), Some("/home/u/.cargo"));
+        assert_eq!(get("LIT").as_deref(), Some("$HOME"));
+        // The command line is already expanded by the shell: left as given.
+        assert_eq!(get("FLAG").as_deref(), Some("${HOME}"));
     }
 
     #[test]

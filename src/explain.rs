@@ -294,14 +294,31 @@ pub fn why_text(plan: &Plan, path: &Path) -> String {
 pub struct ProbeReport {
     pub landlock_abi: u32,
     pub landlock_features: Vec<&'static str>,
-    pub user_namespaces: Result<(), String>,
-    pub mount_namespaces: Result<(), String>,
-    pub network_namespaces: Result<(), String>,
-    pub pid_namespaces: Result<(), String>,
+    pub user_namespaces: Availability,
+    pub mount_namespaces: Availability,
+    pub network_namespaces: Availability,
+    pub pid_namespaces: Availability,
     pub view_possible: bool,
     pub seccomp: bool,
     pub legacy_tiocsti: Option<bool>,
     pub running_as_root: bool,
+}
+
+/// Whether a kernel feature can be used here, and if not, why: stable JSON keys
+/// `available` and `reason`.
+#[derive(Debug, Serialize)]
+pub struct Availability {
+    pub available: bool,
+    pub reason: Option<String>,
+}
+
+impl From<Result<(), String>> for Availability {
+    fn from(r: Result<(), String>) -> Self {
+        Availability {
+            available: r.is_ok(),
+            reason: r.err(),
+        }
+    }
 }
 
 /// Landlock features by the ABI that brought them.
@@ -327,9 +344,9 @@ pub fn landlock_features(abi: u32) -> Vec<&'static str> {
 /// The probe report as text.
 pub fn probe_text(r: &ProbeReport) -> String {
     let mut out = String::new();
-    let yes = |x: &Result<(), String>| match x {
-        Ok(()) => "yes".to_string(),
-        Err(e) => format!("no ({e})"),
+    let yes = |x: &Availability| match &x.reason {
+        None => "yes".to_string(),
+        Some(e) => format!("no ({e})"),
     };
     let _ = writeln!(
         out,

@@ -42,11 +42,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Explain(args)) => {
             let (plan, _) = make_plan(&args.policy, &args.command)?;
             if let Some(path) = &args.why {
-                println!("{}", explain::why_text(&plan, path));
+                emit(&format!("{}\n", explain::why_text(&plan, path)));
             } else if args.json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
+                emit(&format!("{}\n", serde_json::to_string_pretty(&plan)?));
             } else {
-                print!("{}", explain::plan_text(&plan));
+                emit(&explain::plan_text(&plan));
             }
             Ok(if args.check && !plan.degraded.is_empty() {
                 1
@@ -57,9 +57,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Probe(args)) => {
             let report = probe_report();
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                emit(&format!("{}\n", serde_json::to_string_pretty(&report)?));
             } else {
-                print!("{}", explain::probe_text(&report));
+                emit(&explain::probe_text(&report));
             }
             Ok(0)
         }
@@ -167,10 +167,10 @@ fn probe_report() -> ProbeReport {
         landlock_abi: abi,
         landlock_features: explain::landlock_features(abi),
         view_possible: mount.is_ok() && pid.is_ok(),
-        user_namespaces: user,
-        mount_namespaces: mount,
-        network_namespaces: net,
-        pid_namespaces: pid,
+        user_namespaces: user.into(),
+        mount_namespaces: mount.into(),
+        network_namespaces: net.into(),
+        pid_namespaces: pid.into(),
         seccomp: probe::seccomp_available(),
         legacy_tiocsti: probe::legacy_tiocsti(),
         running_as_root: is_root,
@@ -183,7 +183,10 @@ fn profiles(action: ProfilesAction) -> anyhow::Result<i32> {
     match action {
         ProfilesAction::List => {
             for (name, text) in builtin::PROFILES {
-                println!("{name:<10} {}  (built-in)", policy::describe(text));
+                emit(&format!(
+                    "{name:<10} {}  (built-in)\n",
+                    policy::describe(text)
+                ));
             }
             for dir in policy::profile_dirs(&ctx) {
                 let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -201,7 +204,11 @@ fn profiles(action: ProfilesAction) -> anyhow::Result<i32> {
                         .file_stem()
                         .map(|s| s.to_string_lossy().into_owned())
                         .unwrap_or_default();
-                    println!("{name:<10} {}  ({})", policy::describe(&text), p.display());
+                    emit(&format!(
+                        "{name:<10} {}  ({})\n",
+                        policy::describe(&text),
+                        p.display()
+                    ));
                 }
             }
             Ok(0)
@@ -213,11 +220,24 @@ fn profiles(action: ProfilesAction) -> anyhow::Result<i32> {
                     ..Default::default()
                 };
                 let pol = policy::load(&overrides, &ctx)?;
-                println!("{}", serde_json::to_string_pretty(&pol)?);
+                emit(&format!("{}\n", serde_json::to_string_pretty(&pol)?));
             } else {
-                print!("{}", policy::profile_text(&name, &ctx)?);
+                emit(&policy::profile_text(&name, &ctx)?);
             }
             Ok(0)
         }
+    }
+}
+
+/// Print to stdout; a reader that went away (`cordon explain | head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cordon: cannot write to stdout: {e}");
+        std::process::exit(EXIT_CORDON);
     }
 }

@@ -728,6 +728,7 @@ fn view_mounts(
             }
         }
     }
+    pin_directories(rules, &mut mounts);
     // Every view has the minimal /dev; it is mounted before anything below it (binds of
     // extra nodes, and masks of denied paths under a /dev grant).
     let at = mounts
@@ -773,6 +774,59 @@ fn view_mounts(
         insert_before_beneath(&mut mounts, bind);
     }
     mounts
+}
+
+/// A narrower rule's mount sits at a path inside a writable grant. Renaming a directory
+/// on the way there (`mv .git .git-old`) would carry the mount away and let the command
+/// create a fresh, unprotected path in its place. Mountpoints cannot be renamed or
+/// removed (EBUSY), so every directory between the writable grant and such a mount is
+/// pinned: bound onto itself with the grant's own access, before the mount inside it.
+fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
+    let mut pins: Vec<Mount> = Vec::new();
+    let targets: Vec<PathBuf> = mounts
+        .iter()
+        .filter_map(|m| match m {
+            Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
+                Some(target.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for target in &targets {
+        let Some(grant) = enclosing(rules, target) else {
+            continue;
+        };
+        let Some(top) = grant.resolved.as_deref() else {
+            continue;
+        };
+        if !grant.access.write() {
+            continue; // nothing can be renamed inside a read-only tree
+        }
+        let mut dir = target.parent();
+        while let Some(d) = dir.filter(|d| *d != top && d.starts_with(top)) {
+            let known = targets.iter().any(|t| t == d)
+                || pins
+                    .iter()
+                    .any(|p| matches!(p, Mount::Bind { target, .. } if target == d));
+            if !known {
+                if let Ok(meta) = std::fs::metadata(d) {
+                    pins.push(Mount::Bind {
+                        source: d.to_path_buf(),
+                        target: d.to_path_buf(),
+                        is_dir: true,
+                        read_only: false,
+                        exec: grant.access.exec(),
+                        device: false,
+                        dev_ino: (meta.dev(), meta.ino()),
+                    });
+                }
+            }
+            dir = d.parent();
+        }
+    }
+    for pin in pins {
+        insert_before_beneath(mounts, pin);
+    }
 }
 
 /// A bind of one of the run's own directories: never a device, always executable (the

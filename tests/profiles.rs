@@ -476,13 +476,11 @@ fn agent_rules_are_enforced_by_the_view_and_refused_without_it() {
 }
 
 #[test]
-#[ignore = "view bug: a read-only rule inside a writable grant is a bind mount at that path \
-            only, so the writable directory above it can be renamed (`mv .git .git-old`) and \
-            a fresh `.git/hooks/pre-commit` created on the host; the view should also pin \
-            the directories between the grant and the narrower rule"]
 fn agent_cannot_plant_a_hook_by_moving_git_aside() {
+    // The view pins every directory between the writable workspace and a narrower rule
+    // (bound onto itself), and a mountpoint cannot be renamed.
     let ws = agent_workspace("agent-rename");
-    let _ = run(
+    let out = run(
         "agent",
         &ws,
         &[],
@@ -492,10 +490,17 @@ fn agent_cannot_plant_a_hook_by_moving_git_aside() {
             "mv .git .git-old && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit",
         ],
     );
+    assert!(!out.status.success(), "{}", show(&out));
+    assert!(text(&out.stderr).contains("busy"), "{}", show(&out));
     assert!(
         !ws.join(".git/hooks/pre-commit").exists(),
         "a hook was planted on the host"
     );
+    assert!(ws.join(".git/hooks").is_dir() && !ws.join(".git-old").exists());
+    // The workspace itself stays writable.
+    let out = run("agent", &ws, &[], &["sh", "-c", "echo ok > new-file"]);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(ws.join("new-file").exists());
 }
 
 /// Run a toolchain's version command under its profile, or say why not.

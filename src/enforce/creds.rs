@@ -453,6 +453,46 @@ pub fn close_inherited_fds(keep: &[i32]) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Why the process looks like a setuid/setgid/file-capability execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrivilegedExec {
+    Setuid { real: u32, effective: u32 },
+    Setgid { real: u32, effective: u32 },
+    SecureExec,
+}
+
+/// The checks of [`refuse_setuid_install`] without allocation (so tests can run
+/// them in a forked child); `Err` carries the errno of a failed id read.
+fn privileged_exec() -> Result<Option<PrivilegedExec>, i32> {
+    let (mut ruid, mut euid, mut suid) = (0u32, 0u32, 0u32);
+    let (mut rgid, mut egid, mut sgid) = (0u32, 0u32, 0u32);
+    // SAFETY: three valid out pointers.
+    if unsafe { libc::syscall(libc::SYS_getresuid, &mut ruid, &mut euid, &mut suid) } != 0 {
+        return Err(Errno::last_raw());
+    }
+    // SAFETY: three valid out pointers.
+    if unsafe { libc::syscall(libc::SYS_getresgid, &mut rgid, &mut egid, &mut sgid) } != 0 {
+        return Err(Errno::last_raw());
+    }
+    if ruid != euid {
+        return Ok(Some(PrivilegedExec::Setuid {
+            real: ruid,
+            effective: euid,
+        }));
+    }
+    if rgid != egid {
+        return Ok(Some(PrivilegedExec::Setgid {
+            real: rgid,
+            effective: egid,
+        }));
+    }
+    // SAFETY: getauxval only reads the auxiliary vector.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return Ok(Some(PrivilegedExec::SecureExec));
+    }
+    Ok(None)
+}
+
 /// Refuse to run when installed setuid/setgid (or with file capabilities).
 ///
 /// Exists because cordon needs no privilege and was not written to defend
@@ -461,29 +501,24 @@ pub fn close_inherited_fds(keep: &[i32]) -> Result<(), StepError> {
 /// Checks real against effective uid and gid, and the kernel's `AT_SECURE`
 /// flag (set for setuid, setgid and file-capability executions).
 pub fn refuse_setuid_install() -> anyhow::Result<()> {
-    let (mut ruid, mut euid, mut suid) = (0u32, 0u32, 0u32);
-    let (mut rgid, mut egid, mut sgid) = (0u32, 0u32, 0u32);
-    // SAFETY: three valid out pointers each.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_getresuid, &mut ruid, &mut euid, &mut suid)
-            | libc::syscall(libc::SYS_getresgid, &mut rgid, &mut egid, &mut sgid)
-    };
-    if rc != 0 {
-        anyhow::bail!("cannot read the process ids: {}", Errno::last().desc());
-    }
     const HOW: &str = "cordon needs no setuid/setgid bit or file capability; \
                        remove it (chmod u-s,g-s; setcap -r) and run it as the invoking user";
-    if ruid != euid {
-        anyhow::bail!("refusing to run setuid (real uid {ruid}, effective uid {euid}): {HOW}");
+    match privileged_exec() {
+        Ok(None) => Ok(()),
+        Ok(Some(PrivilegedExec::Setuid { real, effective })) => anyhow::bail!(
+            "refusing to run setuid (real uid {real}, effective uid {effective}): {HOW}"
+        ),
+        Ok(Some(PrivilegedExec::Setgid { real, effective })) => anyhow::bail!(
+            "refusing to run setgid (real gid {real}, effective gid {effective}): {HOW}"
+        ),
+        Ok(Some(PrivilegedExec::SecureExec)) => {
+            anyhow::bail!("refusing to run in secure-execution mode (AT_SECURE): {HOW}")
+        }
+        Err(errno) => anyhow::bail!(
+            "cannot read the process ids: {}",
+            Errno::from_raw(errno).desc()
+        ),
     }
-    if rgid != egid {
-        anyhow::bail!("refusing to run setgid (real gid {rgid}, effective gid {egid}): {HOW}");
-    }
-    // SAFETY: getauxval only reads the auxiliary vector.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-        anyhow::bail!("refusing to run in secure-execution mode (AT_SECURE): {HOW}");
-    }
-    Ok(())
 }
 
 /// Helpers for tests that must run in a forked child (the test process must
@@ -878,14 +913,19 @@ mod tests {
     #[test]
     fn refuse_setuid_install_detects_mismatch() {
         refuse_setuid_install().expect("test process is not setuid");
+        // The child only runs the allocation-free check (anyhow may capture a
+        // backtrace, which takes locks another test thread may hold at fork).
         run_in_child(|| {
             // Simulate a setgid install: real gid differs from effective.
             // SAFETY: integer-only syscall.
             let rc = unsafe { libc::syscall(libc::SYS_setresgid, 65534, 0, 0) };
             ok("setresgid", rc)?;
-            match refuse_setuid_install() {
-                Err(e) if e.to_string().contains("setgid") => {}
-                _ => return Err(Fail::new("setgid install not refused", 0, 0)),
+            let want = PrivilegedExec::Setgid {
+                real: 65534,
+                effective: 0,
+            };
+            if privileged_exec() != Ok(Some(want)) {
+                return Err(Fail::new("setgid install not detected", 0, 0));
             }
             // SAFETY: as above.
             let rc = unsafe { libc::syscall(libc::SYS_setresgid, 0, 0, 0) };
@@ -893,10 +933,14 @@ mod tests {
             // SAFETY: as above.
             let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 0, 0) };
             ok("setresuid", rc)?;
-            match refuse_setuid_install() {
-                Err(e) if e.to_string().contains("setuid") => Ok(()),
-                _ => Err(Fail::new("setuid install not refused", 0, 0)),
+            let want = PrivilegedExec::Setuid {
+                real: 65534,
+                effective: 0,
+            };
+            if privileged_exec() != Ok(Some(want)) {
+                return Err(Fail::new("setuid install not detected", 0, 0));
             }
+            Ok(())
         });
     }
 }

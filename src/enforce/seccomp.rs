@@ -610,4 +610,57 @@ mod tests {
             Err(e) => Err(Fail::new("seccomp apply", -1, e as i32)),
         });
     }
+
+    /// The whole child sequence in the design's order, then a real `exec`: the
+    /// exec'd shell (still uid 0) must hold no capability, have no_new_privs and
+    /// the filter, and must not see the descriptor marked close-on-exec.
+    #[test]
+    fn full_sequence_survives_exec() {
+        use crate::enforce::creds::{close_inherited_fds, drop_all_capabilities, switch_identity};
+        use crate::enforce::creds::{LimitKind, Limits};
+        use std::ffi::CString;
+
+        let filter = prepare(&ALL).unwrap();
+        let limits = Limits::new(&[(LimitKind::Nofile, 256), (LimitKind::Core, 0)]);
+        let mut p = [0i32; 2];
+        // SAFETY: room for two fds; no O_CLOEXEC on purpose.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        let script = format!(
+            "set -e; s=/proc/self/status; \
+             for c in CapInh CapPrm CapEff CapBnd CapAmb; do \
+               grep -q \"^$c:[[:space:]]*0000000000000000$\" $s; done; \
+             grep -q '^NoNewPrivs:[[:space:]]*1$' $s; \
+             grep -q '^Seccomp:[[:space:]]*2$' $s; \
+             test \"$(ulimit -n)\" = 256; \
+             test ! -e /proc/self/fd/{fd}; \
+             test -e /proc/self/fd/{kept}",
+            fd = p[0],
+            kept = p[1]
+        );
+        let argv: Vec<CString> = ["/bin/sh", "-c", &script]
+            .iter()
+            .map(|a| CString::new(*a).unwrap())
+            .collect();
+        let argv_ptrs: Vec<*const libc::c_char> = argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let kept = p[1];
+        run_in_child(|| {
+            switch_identity(None).map_err(|e| Fail::new(e.step, -1, e.errno))?;
+            drop_all_capabilities().map_err(|e| Fail::new(e.step, -1, e.errno))?;
+            limits.apply().map_err(|e| Fail::new(e.step, -1, e.errno))?;
+            install(&filter)?; // no_new_privs, then the filter
+            close_inherited_fds(&[kept]).map_err(|e| Fail::new(e.step, -1, e.errno))?;
+            // SAFETY: NUL-terminated argv prepared before the fork.
+            unsafe { libc::execv(argv_ptrs[0], argv_ptrs.as_ptr()) };
+            Err(Fail::new("execv", -1, Errno::last_raw()))
+        });
+        // SAFETY: closing the pipe we created.
+        unsafe {
+            libc::close(p[0]);
+            libc::close(p[1]);
+        }
+    }
 }

@@ -74,8 +74,13 @@ pub struct Identity {
 /// Exists so that a command started as root runs as `[process] user` with no
 /// trace of root's groups.
 ///
-/// * `Some(id)`: `setgroups(0, NULL)`, `setresgid(g, g, g)`, `setresuid(u, u, u)`,
-///   all of which must succeed; then `getresuid`/`getresgid` are checked.
+/// * `Some(id)`: `setgroups(0, NULL)`, then the capability bounding set is
+///   emptied, then `setresgid(g, g, g)`, `setresuid(u, u, u)`; all must succeed;
+///   then `getresuid`/`getresgid` are checked. The bounding set is emptied
+///   here, not only in [`drop_all_capabilities`], because leaving uid 0 also
+///   drops `CAP_SETPCAP`, without which the bounding set can no longer be
+///   changed — and the design empties every set in every case. (The kernel
+///   itself clears permitted, effective and ambient on that uid change.)
 /// * `None` (keep the current ids): `setgroups(0, NULL)` is attempted and
 ///   `EPERM` is tolerated. `EPERM` means this process cannot change its groups
 ///   at all (no `CAP_SETGID` over its user namespace, or `/proc/self/setgroups`
@@ -99,6 +104,9 @@ pub fn switch_identity(target: Option<Identity>) -> Result<(), StepError> {
     let Some(id) = target else {
         return Ok(());
     };
+    // After the uid change the process has no CAP_SETPCAP left to empty the
+    // bounding set with, so it is emptied now (see the doc comment).
+    drop_bounding_set()?;
     // SAFETY: integer-only syscall.
     check("setresgid", unsafe {
         libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid)
@@ -167,30 +175,10 @@ fn capget() -> Result<[CapData; 2], StepError> {
     Ok(data)
 }
 
-/// Empty every capability set: bounding, ambient, inheritable, permitted,
-/// effective (in that order: dropping the bounding set needs `CAP_SETPCAP`
-/// in the effective set, which the last step removes).
-///
-/// Exists so that the command holds no capability even when it runs as root,
-/// and cannot regain any through `execve` of a root-owned or file-capability
-/// binary (the bounding set caps what `execve` can grant).
-///
-/// Bounding set: each capability still in it is dropped with
-/// `PR_CAPBSET_DROP`, for numbers 0.. until the kernel answers `EINVAL` (past
-/// its last capability). A process with *no* permitted capability and no
-/// `CAP_SETPCAP` (an unprivileged user outside any user namespace) cannot
-/// change its bounding set; then it is left as inherited, which grants
-/// nothing because such a process has no capability to keep and
-/// [`set_no_new_privs`] (next in the sequence) stops `execve` from granting
-/// any. Any other failure is an error.
-///
-/// Ends by re-reading the sets with `capget` and failing with step
-/// `"verify capabilities"` if any is non-zero.
-pub fn drop_all_capabilities() -> Result<(), StepError> {
-    let before = capget()?;
-    let can_setpcap = before[0].effective & (1 << CAP_SETPCAP) != 0;
-    let holds_nothing = before[0].permitted == 0 && before[1].permitted == 0;
-
+/// Empty the capability bounding set, or leave it when this process lacks
+/// `CAP_SETPCAP` (see [`drop_all_capabilities`] for why that is safe).
+fn drop_bounding_set() -> Result<(), StepError> {
+    let can_setpcap = capget()?[0].effective & (1 << CAP_SETPCAP) != 0;
     for cap in 0..CAP_UPPER_BOUND {
         // SAFETY: integer-only prctl.
         let present = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
@@ -203,13 +191,40 @@ pub fn drop_all_capabilities() -> Result<(), StepError> {
         if present == 0 {
             continue;
         }
-        if !can_setpcap && holds_nothing {
-            break; // see the doc comment: cannot drop, and nothing to lose
+        if !can_setpcap {
+            break; // cannot drop, and nothing to lose
         }
         // SAFETY: integer-only prctl.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
         check("PR_CAPBSET_DROP", rc as libc::c_long)?;
     }
+    Ok(())
+}
+
+/// Empty every capability set: bounding, ambient, inheritable, permitted,
+/// effective (in that order: dropping the bounding set needs `CAP_SETPCAP`
+/// in the effective set, which the last step removes).
+///
+/// Exists so that the command holds no capability even when it runs as root,
+/// and cannot regain any through `execve` of a root-owned or file-capability
+/// binary (the bounding set caps what `execve` can grant).
+///
+/// Bounding set: each capability still in it is dropped with
+/// `PR_CAPBSET_DROP`, for numbers 0.. until the kernel answers `EINVAL` (past
+/// its last capability). A process without `CAP_SETPCAP` in its effective set
+/// (an unprivileged user outside any user namespace) cannot change its
+/// bounding set; then it is left as inherited. That grants nothing: the
+/// permitted set is emptied below, and with [`set_no_new_privs`] (next in the
+/// sequence) `execve` intersects any capability it would grant — setuid-root,
+/// file capabilities, or uid 0 itself — with the old, empty, permitted set
+/// (`cap_bprm_creds_from_file`). So the bounding set is defence in depth for
+/// the privileged case, where it is always emptied. Any other failure is an
+/// error.
+///
+/// Ends by re-reading the sets with `capget` and failing with step
+/// `"verify capabilities"` if any is non-zero.
+pub fn drop_all_capabilities() -> Result<(), StepError> {
+    drop_bounding_set()?;
 
     // SAFETY: integer-only prctl.
     let rc = unsafe {
@@ -785,8 +800,8 @@ mod tests {
 
     #[test]
     fn drop_all_capabilities_after_switch_is_ok() {
-        // An unprivileged process cannot touch its bounding set; the drop
-        // still succeeds and leaves the other sets empty.
+        // After the switch the process has no CAP_SETPCAP; the bounding set was
+        // emptied by switch_identity, and the drop still succeeds.
         run_in_child(|| {
             switch_identity(Some(Identity {
                 uid: 65534,
@@ -796,6 +811,7 @@ mod tests {
             drop_all_capabilities().map_err(step)?;
             status_has(b"CapEff:\t0000000000000000\n")?;
             status_has(b"CapPrm:\t0000000000000000\n")?;
+            status_has(b"CapBnd:\t0000000000000000\n")?;
             status_has(b"CapAmb:\t0000000000000000\n")
         });
     }

@@ -299,8 +299,8 @@ impl PreparedFilter {
 #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
 mod tests {
     use super::*;
-    use crate::enforce::creds::set_no_new_privs;
     use crate::enforce::creds::test_support::{errno_is, ok, run_in_child, Fail};
+    use crate::enforce::creds::{set_no_new_privs, Identity};
 
     const ALL: FilterSpec = FilterSpec {
         deny_inet_sockets: true,
@@ -612,10 +612,23 @@ mod tests {
     }
 
     /// The whole child sequence in the design's order, then a real `exec`: the
-    /// exec'd shell (still uid 0) must hold no capability, have no_new_privs and
-    /// the filter, and must not see the descriptor marked close-on-exec.
+    /// exec'd shell must hold no capability (not even as uid 0), have
+    /// no_new_privs and the filter, the limits, and must not see the
+    /// descriptor marked close-on-exec.
     #[test]
-    fn full_sequence_survives_exec() {
+    fn full_sequence_survives_exec_as_root() {
+        full_sequence_then_exec(None);
+    }
+
+    #[test]
+    fn full_sequence_survives_exec_as_nobody() {
+        full_sequence_then_exec(Some(Identity {
+            uid: 65534,
+            gid: 65534,
+        }));
+    }
+
+    fn full_sequence_then_exec(target: Option<Identity>) {
         use crate::enforce::creds::{close_inherited_fds, drop_all_capabilities, switch_identity};
         use crate::enforce::creds::{LimitKind, Limits};
         use std::ffi::CString;
@@ -633,9 +646,14 @@ mod tests {
              grep -q '^Seccomp:[[:space:]]*2$' $s; \
              test \"$(ulimit -n)\" = 256; \
              test ! -e /proc/self/fd/{fd}; \
-             test -e /proc/self/fd/{kept}",
+             test -e /proc/self/fd/{kept}; \
+             test \"$(id -u):$(id -g):$(id -G)\" = {ids}",
             fd = p[0],
-            kept = p[1]
+            kept = p[1],
+            ids = match target {
+                Some(id) => format!("{}:{}:{}", id.uid, id.gid, id.gid),
+                None => "0:0:0".to_string(),
+            }
         );
         let argv: Vec<CString> = ["/bin/sh", "-c", &script]
             .iter()
@@ -648,7 +666,7 @@ mod tests {
             .collect();
         let kept = p[1];
         run_in_child(|| {
-            switch_identity(None).map_err(|e| Fail::new(e.step, -1, e.errno))?;
+            switch_identity(target).map_err(|e| Fail::new(e.step, -1, e.errno))?;
             drop_all_capabilities().map_err(|e| Fail::new(e.step, -1, e.errno))?;
             limits.apply().map_err(|e| Fail::new(e.step, -1, e.errno))?;
             install(&filter)?; // no_new_privs, then the filter

@@ -74,8 +74,13 @@ pub struct Identity {
 /// Exists so that a command started as root runs as `[process] user` with no
 /// trace of root's groups.
 ///
-/// * `Some(id)`: `setgroups(0, NULL)`, `setresgid(g, g, g)`, `setresuid(u, u, u)`,
-///   all of which must succeed; then `getresuid`/`getresgid` are checked.
+/// * `Some(id)`: `setgroups(0, NULL)`, then the capability bounding set is
+///   emptied, then `setresgid(g, g, g)`, `setresuid(u, u, u)`; all must succeed;
+///   then `getresuid`/`getresgid` are checked. The bounding set is emptied
+///   here, not only in [`drop_all_capabilities`], because leaving uid 0 also
+///   drops `CAP_SETPCAP`, without which the bounding set can no longer be
+///   changed — and the design empties every set in every case. (The kernel
+///   itself clears permitted, effective and ambient on that uid change.)
 /// * `None` (keep the current ids): `setgroups(0, NULL)` is attempted and
 ///   `EPERM` is tolerated. `EPERM` means this process cannot change its groups
 ///   at all (no `CAP_SETGID` over its user namespace, or `/proc/self/setgroups`
@@ -99,6 +104,9 @@ pub fn switch_identity(target: Option<Identity>) -> Result<(), StepError> {
     let Some(id) = target else {
         return Ok(());
     };
+    // After the uid change the process has no CAP_SETPCAP left to empty the
+    // bounding set with, so it is emptied now (see the doc comment).
+    drop_bounding_set()?;
     // SAFETY: integer-only syscall.
     check("setresgid", unsafe {
         libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid)
@@ -167,45 +175,10 @@ fn capget() -> Result<[CapData; 2], StepError> {
     Ok(data)
 }
 
-/// Empty every capability set: bounding, ambient, inheritable, permitted,
-/// effective (in that order: dropping the bounding set needs `CAP_SETPCAP`
-/// in the effective set, which the last step removes).
-///
-/// Exists so that the command holds no capability even when it runs as root,
-/// and cannot regain any through `execve` of a root-owned or file-capability
-/// binary (the bounding set caps what `execve` can grant).
-///
-/// Bounding set: each capability still in it is dropped with
-/// `PR_CAPBSET_DROP`, for numbers 0.. until the kernel answers `EINVAL` (past
-/// its last capability). A process with *no* permitted capability and no
-/// `CAP_SETPCAP` (an unprivileged user outside any user namespace) cannot
-/// change its bounding set; then it is left as inherited, which grants
-/// nothing because such a process has no capability to keep and
-/// [`set_no_new_privs`] (next in the sequence) stops `execve` from granting
-/// any. Any other failure is an error.
-///
-/// Ends by re-reading the sets with `capget` and failing with step
-/// `"verify capabilities"` if any is non-zero.
-pub fn drop_all_capabilities() -> Result<(), StepError> {
-    drop_bounding_set()?;
-    clear_capability_sets()
-}
-
-/// Empty the bounding set, as far as this process may (see
-/// [`drop_all_capabilities`]: without `CAP_SETPCAP` and with nothing permitted,
-/// it is left as inherited).
-///
-/// Exists separately because switching to another uid clears the permitted
-/// set, after which the bounding set can no longer be changed: the launch
-/// calls this *before* [`switch_identity`], while root still holds
-/// `CAP_SETPCAP`, so a command run with `--user` gets an empty bounding set
-/// too. Dropping bounding capabilities does not affect `setresuid`/`setresgid`,
-/// which need the effective set.
-pub fn drop_bounding_set() -> Result<(), StepError> {
-    let before = capget()?;
-    let can_setpcap = before[0].effective & (1 << CAP_SETPCAP) != 0;
-    let holds_nothing = before[0].permitted == 0 && before[1].permitted == 0;
-
+/// Empty the capability bounding set, or leave it when this process lacks
+/// `CAP_SETPCAP` (see [`drop_all_capabilities`] for why that is safe).
+fn drop_bounding_set() -> Result<(), StepError> {
+    let can_setpcap = capget()?[0].effective & (1 << CAP_SETPCAP) != 0;
     for cap in 0..CAP_UPPER_BOUND {
         // SAFETY: integer-only prctl.
         let present = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
@@ -218,8 +191,8 @@ pub fn drop_bounding_set() -> Result<(), StepError> {
         if present == 0 {
             continue;
         }
-        if !can_setpcap && holds_nothing {
-            break; // see the doc comment: cannot drop, and nothing to lose
+        if !can_setpcap {
+            break; // cannot drop, and nothing to lose
         }
         // SAFETY: integer-only prctl.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
@@ -228,8 +201,31 @@ pub fn drop_bounding_set() -> Result<(), StepError> {
     Ok(())
 }
 
-/// The ambient, inheritable, permitted and effective sets, then a check.
-fn clear_capability_sets() -> Result<(), StepError> {
+/// Empty every capability set: bounding, ambient, inheritable, permitted,
+/// effective (in that order: dropping the bounding set needs `CAP_SETPCAP`
+/// in the effective set, which the last step removes).
+///
+/// Exists so that the command holds no capability even when it runs as root,
+/// and cannot regain any through `execve` of a root-owned or file-capability
+/// binary (the bounding set caps what `execve` can grant).
+///
+/// Bounding set: each capability still in it is dropped with
+/// `PR_CAPBSET_DROP`, for numbers 0.. until the kernel answers `EINVAL` (past
+/// its last capability). A process without `CAP_SETPCAP` in its effective set
+/// (an unprivileged user outside any user namespace) cannot change its
+/// bounding set; then it is left as inherited. That grants nothing: the
+/// permitted set is emptied below, and with [`set_no_new_privs`] (next in the
+/// sequence) `execve` intersects any capability it would grant — setuid-root,
+/// file capabilities, or uid 0 itself — with the old, empty, permitted set
+/// (`cap_bprm_creds_from_file`). So the bounding set is defence in depth for
+/// the privileged case, where it is always emptied. Any other failure is an
+/// error.
+///
+/// Ends by re-reading the sets with `capget` and failing with step
+/// `"verify capabilities"` if any is non-zero.
+pub fn drop_all_capabilities() -> Result<(), StepError> {
+    drop_bounding_set()?;
+
     // SAFETY: integer-only prctl.
     let rc = unsafe {
         libc::prctl(
@@ -472,6 +468,46 @@ pub fn close_inherited_fds(keep: &[i32]) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Why the process looks like a setuid/setgid/file-capability execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrivilegedExec {
+    Setuid { real: u32, effective: u32 },
+    Setgid { real: u32, effective: u32 },
+    SecureExec,
+}
+
+/// The checks of [`refuse_setuid_install`] without allocation (so tests can run
+/// them in a forked child); `Err` carries the errno of a failed id read.
+fn privileged_exec() -> Result<Option<PrivilegedExec>, i32> {
+    let (mut ruid, mut euid, mut suid) = (0u32, 0u32, 0u32);
+    let (mut rgid, mut egid, mut sgid) = (0u32, 0u32, 0u32);
+    // SAFETY: three valid out pointers.
+    if unsafe { libc::syscall(libc::SYS_getresuid, &mut ruid, &mut euid, &mut suid) } != 0 {
+        return Err(Errno::last_raw());
+    }
+    // SAFETY: three valid out pointers.
+    if unsafe { libc::syscall(libc::SYS_getresgid, &mut rgid, &mut egid, &mut sgid) } != 0 {
+        return Err(Errno::last_raw());
+    }
+    if ruid != euid {
+        return Ok(Some(PrivilegedExec::Setuid {
+            real: ruid,
+            effective: euid,
+        }));
+    }
+    if rgid != egid {
+        return Ok(Some(PrivilegedExec::Setgid {
+            real: rgid,
+            effective: egid,
+        }));
+    }
+    // SAFETY: getauxval only reads the auxiliary vector.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return Ok(Some(PrivilegedExec::SecureExec));
+    }
+    Ok(None)
+}
+
 /// Refuse to run when installed setuid/setgid (or with file capabilities).
 ///
 /// Exists because cordon needs no privilege and was not written to defend
@@ -480,29 +516,24 @@ pub fn close_inherited_fds(keep: &[i32]) -> Result<(), StepError> {
 /// Checks real against effective uid and gid, and the kernel's `AT_SECURE`
 /// flag (set for setuid, setgid and file-capability executions).
 pub fn refuse_setuid_install() -> anyhow::Result<()> {
-    let (mut ruid, mut euid, mut suid) = (0u32, 0u32, 0u32);
-    let (mut rgid, mut egid, mut sgid) = (0u32, 0u32, 0u32);
-    // SAFETY: three valid out pointers each.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_getresuid, &mut ruid, &mut euid, &mut suid)
-            | libc::syscall(libc::SYS_getresgid, &mut rgid, &mut egid, &mut sgid)
-    };
-    if rc != 0 {
-        anyhow::bail!("cannot read the process ids: {}", Errno::last().desc());
-    }
     const HOW: &str = "cordon needs no setuid/setgid bit or file capability; \
                        remove it (chmod u-s,g-s; setcap -r) and run it as the invoking user";
-    if ruid != euid {
-        anyhow::bail!("refusing to run setuid (real uid {ruid}, effective uid {euid}): {HOW}");
+    match privileged_exec() {
+        Ok(None) => Ok(()),
+        Ok(Some(PrivilegedExec::Setuid { real, effective })) => anyhow::bail!(
+            "refusing to run setuid (real uid {real}, effective uid {effective}): {HOW}"
+        ),
+        Ok(Some(PrivilegedExec::Setgid { real, effective })) => anyhow::bail!(
+            "refusing to run setgid (real gid {real}, effective gid {effective}): {HOW}"
+        ),
+        Ok(Some(PrivilegedExec::SecureExec)) => {
+            anyhow::bail!("refusing to run in secure-execution mode (AT_SECURE): {HOW}")
+        }
+        Err(errno) => anyhow::bail!(
+            "cannot read the process ids: {}",
+            Errno::from_raw(errno).desc()
+        ),
     }
-    if rgid != egid {
-        anyhow::bail!("refusing to run setgid (real gid {rgid}, effective gid {egid}): {HOW}");
-    }
-    // SAFETY: getauxval only reads the auxiliary vector.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-        anyhow::bail!("refusing to run in secure-execution mode (AT_SECURE): {HOW}");
-    }
-    Ok(())
 }
 
 /// Helpers for tests that must run in a forked child (the test process must
@@ -769,8 +800,8 @@ mod tests {
 
     #[test]
     fn drop_all_capabilities_after_switch_is_ok() {
-        // An unprivileged process cannot touch its bounding set; the drop
-        // still succeeds and leaves the other sets empty.
+        // After the switch the process has no CAP_SETPCAP; the bounding set was
+        // emptied by switch_identity, and the drop still succeeds.
         run_in_child(|| {
             switch_identity(Some(Identity {
                 uid: 65534,
@@ -780,32 +811,8 @@ mod tests {
             drop_all_capabilities().map_err(step)?;
             status_has(b"CapEff:\t0000000000000000\n")?;
             status_has(b"CapPrm:\t0000000000000000\n")?;
+            status_has(b"CapBnd:\t0000000000000000\n")?;
             status_has(b"CapAmb:\t0000000000000000\n")
-        });
-    }
-
-    #[test]
-    fn bounding_set_dropped_before_switch_stays_empty() {
-        // The launch order for `--user`: bounding set first (as root), then the
-        // switch, then the rest.
-        run_in_child(|| {
-            drop_bounding_set().map_err(step)?;
-            switch_identity(Some(Identity {
-                uid: 65534,
-                gid: 65534,
-            }))
-            .map_err(step)?;
-            drop_all_capabilities().map_err(step)?;
-            for line in [
-                &b"CapInh:\t0000000000000000\n"[..],
-                b"CapPrm:\t0000000000000000\n",
-                b"CapEff:\t0000000000000000\n",
-                b"CapBnd:\t0000000000000000\n",
-                b"CapAmb:\t0000000000000000\n",
-            ] {
-                status_has(line)?;
-            }
-            Ok(())
         });
     }
 
@@ -922,14 +929,19 @@ mod tests {
     #[test]
     fn refuse_setuid_install_detects_mismatch() {
         refuse_setuid_install().expect("test process is not setuid");
+        // The child only runs the allocation-free check (anyhow may capture a
+        // backtrace, which takes locks another test thread may hold at fork).
         run_in_child(|| {
             // Simulate a setgid install: real gid differs from effective.
             // SAFETY: integer-only syscall.
             let rc = unsafe { libc::syscall(libc::SYS_setresgid, 65534, 0, 0) };
             ok("setresgid", rc)?;
-            match refuse_setuid_install() {
-                Err(e) if e.to_string().contains("setgid") => {}
-                _ => return Err(Fail::new("setgid install not refused", 0, 0)),
+            let want = PrivilegedExec::Setgid {
+                real: 65534,
+                effective: 0,
+            };
+            if privileged_exec() != Ok(Some(want)) {
+                return Err(Fail::new("setgid install not detected", 0, 0));
             }
             // SAFETY: as above.
             let rc = unsafe { libc::syscall(libc::SYS_setresgid, 0, 0, 0) };
@@ -937,10 +949,14 @@ mod tests {
             // SAFETY: as above.
             let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 0, 0) };
             ok("setresuid", rc)?;
-            match refuse_setuid_install() {
-                Err(e) if e.to_string().contains("setuid") => Ok(()),
-                _ => Err(Fail::new("setuid install not refused", 0, 0)),
+            let want = PrivilegedExec::Setuid {
+                real: 65534,
+                effective: 0,
+            };
+            if privileged_exec() != Ok(Some(want)) {
+                return Err(Fail::new("setuid install not detected", 0, 0));
             }
+            Ok(())
         });
     }
 }

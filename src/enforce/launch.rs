@@ -511,9 +511,6 @@ fn command_main(p: &Prepared, err_w: RawFd, supervisor: Option<libc::pid_t>) -> 
         fail(err_w, StepError::last("enter the working directory"), 125);
     }
     check(err_w, p.limits.apply());
-    // The bounding set only while still privileged: the identity switch below clears
-    // the permitted set, after which it could no longer be emptied.
-    check(err_w, creds::drop_bounding_set());
     check(err_w, creds::switch_identity(p.identity));
     // The parent-death signal is cleared by a change of credentials: set it after.
     // SAFETY: prctl with integer arguments.

@@ -579,7 +579,7 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
         names.insert(name.to_string());
     }
     // Without the view the paths differ too; with it, every run sees the same path.
-    if common::MODE_FLAGS.contains(&"--no-view") {
+    if common::mode_flags().contains(&"--no-view") {
         assert_eq!(names.len(), N);
     }
     assert_eq!(fx.scratch_leftovers(), Vec::<String>::new(), "left behind");
@@ -1521,7 +1521,7 @@ fn explicit_run_subcommand_is_the_same() {
     let fx = Fixture::new("run-sub");
     let mut cmd = fx.bare();
     cmd.arg("run")
-        .args(common::MODE_FLAGS)
+        .args(common::mode_flags())
         .args(["-q", "--", "sh", "-c", "exit 5"]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(5), "{out}");

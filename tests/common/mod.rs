@@ -15,15 +15,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The enforcement flags every run and `explain` gets.
-///
-/// The mount-namespace view (`src/enforce/view.rs`) is still a placeholder, so for now
-/// every test runs Landlock-only (`--no-view`), and in best-effort mode because the
-/// built-in `system` profile denies /etc/shadow & co. inside the readable /etc, which
-/// only the view can enforce (strict mode refuses that without it). When the view
-/// lands, this becomes empty (the default: view, strict) and the tests stay as they
-/// are: they are written to hold in both modes.
-pub const MODE_FLAGS: &[&str] = &["--no-view", "--best-effort"];
+/// The enforcement flags every run and `explain` gets. For now Landlock-only
+/// (`--no-view`, `--best-effort` for the rules only the view enforces); the suite is
+/// being taught the view's answers (ENOENT where Landlock says EACCES), after which
+/// the default becomes the view and `CORDON_TEST_NO_VIEW=1` selects this mode.
+pub fn mode_flags() -> &'static [&'static str] {
+    &["--no-view", "--best-effort"]
+}
 
 /// The binary under test.
 pub fn bin() -> &'static str {
@@ -165,7 +163,7 @@ impl Fixture {
         cmd
     }
 
-    /// `cordon [MODE_FLAGS] -q` in the fixture: add options, then `--`, then the command.
+    /// `cordon [mode flags] -q` in the fixture: add options, then `--`, then the command.
     pub fn cordon(&self) -> Command {
         let mut cmd = self.cordon_loud();
         cmd.arg("-q");
@@ -175,18 +173,18 @@ impl Fixture {
     /// Like [`Fixture::cordon`] but without `-q`, for tests that read cordon's notices.
     pub fn cordon_loud(&self) -> Command {
         let mut cmd = self.bare();
-        cmd.args(MODE_FLAGS);
+        cmd.args(mode_flags());
         cmd
     }
 
-    /// `cordon explain [MODE_FLAGS]` in the fixture.
+    /// `cordon explain [mode flags]` in the fixture.
     pub fn explain(&self) -> Command {
         let mut cmd = self.bare();
-        cmd.arg("explain").args(MODE_FLAGS);
+        cmd.arg("explain").args(mode_flags());
         cmd
     }
 
-    /// Run `cordon [MODE_FLAGS] -q [flags] -- python3 -c PROBE op arg ...` and return one
+    /// Run `cordon [mode flags] -q [flags] -- python3 -c PROBE op arg ...` and return one
     /// result per operation: `OK` or the errno's symbolic name (`EACCES`, ...).
     pub fn probe(&self, flags: &[&str], ops: &[(&str, &str)]) -> Vec<String> {
         let mut cmd = self.cordon();

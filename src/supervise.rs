@@ -268,6 +268,11 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     })?;
 
     launch::block_signals().context("cannot block signals")?;
+    if !plan.view {
+        // Without a PID namespace, orphans the command leaves (daemons) are reparented
+        // to us, so we can end them with the run as init does inside the view.
+        launch::become_subreaper().context("cannot become a child subreaper")?;
+    }
     let child = match launch::spawn(&prepared) {
         Ok(c) => c,
         Err(LaunchError::Namespaces(e)) => {
@@ -367,6 +372,9 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             }
         }
     };
+    if !child.has_init {
+        kill_descendants();
+    }
     // With an init, the command's own status comes through the status pipe.
     let status = match &child.status {
         Some(fd) => launch::read_status(fd).unwrap_or(raw_status),
@@ -549,6 +557,39 @@ fn copy_bounded(out: OwnedFd, err: OwnedFd, limit: u64, pid: libc::pid_t, trunca
             }
         }
     }
+}
+
+/// End every process still descended from us (the command's children and daemons,
+/// reparented to us as subreaper) and reap them. Only our own children are signalled,
+/// and a child's pid cannot be reused before we reap it.
+fn kill_descendants() {
+    for _ in 0..1000 {
+        let children = own_children();
+        if children.is_empty() {
+            return;
+        }
+        for pid in children {
+            launch::signal(pid, libc::SIGKILL);
+            let _ = wait_exit(pid);
+        }
+    }
+}
+
+/// Our children, from every thread's `/proc/self/task/TID/children`.
+fn own_children() -> Vec<libc::pid_t> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+            );
+        }
+    }
+    out
 }
 
 fn wait_exit(pid: libc::pid_t) -> Option<i32> {

@@ -806,3 +806,12 @@ pub fn write_to_fd(fd: RawFd, mut data: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Make this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

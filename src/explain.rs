@@ -301,6 +301,8 @@ pub struct ProbeReport {
     pub view_possible: bool,
     pub seccomp: bool,
     pub legacy_tiocsti: Option<bool>,
+    /// The kernel audit log, where Landlock (ABI 7) records denials for `--report`.
+    pub audit_log: Availability,
     pub running_as_root: bool,
 }
 

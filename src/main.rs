@@ -173,6 +173,12 @@ fn probe_report() -> ProbeReport {
         pid_namespaces: pid.into(),
         seccomp: probe::seccomp_available(),
         legacy_tiocsti: probe::legacy_tiocsti(),
+        audit_log: match probe::audit_enabled() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("off: Landlock's denial records are not kept".to_string()),
+            Err(e) => Err(e),
+        }
+        .into(),
         running_as_root: is_root,
     }
 }

@@ -408,10 +408,8 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             denied_egress.join(", ")
         );
     }
-    if opts.report && denied_egress.is_empty() && opts.verbosity != Verbosity::Quiet {
-        eprintln!(
-            "cordon: report: no egress refused; filesystem refusals are not recorded by this build"
-        );
+    if opts.report {
+        report(plan, &denied_egress);
     }
     if plan.scratch.keep {
         scratch.keep();
@@ -557,6 +555,31 @@ fn copy_bounded(out: OwnedFd, err: OwnedFd, limit: u64, pid: libc::pid_t, trunca
             }
         }
     }
+}
+
+/// `--report`: what was refused, and plainly what cannot be known.
+fn report(plan: &Plan, denied_egress: &[String]) {
+    if plan.net.mode == NetMode::Egress {
+        if denied_egress.is_empty() {
+            eprintln!("cordon: report: egress: nothing refused");
+        } else {
+            eprintln!(
+                "cordon: report: egress refused: {}",
+                denied_egress.join(", ")
+            );
+        }
+    } else {
+        eprintln!(
+            "cordon: report: network mode `{}`: no egress proxy, so no per-host record",
+            plan.net.mode.name()
+        );
+    }
+    let why = match crate::enforce::probe::audit_enabled() {
+        Ok(true) => "this build does not read Landlock's audit records yet".to_string(),
+        Ok(false) => "the kernel's audit log is off (cordon does not switch it on: that is machine-wide), so Landlock's denial records are not kept".to_string(),
+        Err(e) => format!("the kernel's audit log cannot be read here ({e})"),
+    };
+    eprintln!("cordon: report: filesystem refusals: not available: {why}");
 }
 
 /// End every process still descended from us (the command's children and daemons,

@@ -76,3 +76,54 @@ pub fn legacy_tiocsti() -> Option<bool> {
         .ok()
         .map(|s| s.trim() == "1")
 }
+
+/// Whether the kernel's audit log is on, which Landlock's denial records (ABI 7) need
+/// before `--report` could list filesystem refusals. `Err` says why it cannot be known.
+/// cordon never switches auditing on: that is machine-wide state.
+pub fn audit_enabled() -> Result<bool, String> {
+    use nix::sys::socket::{
+        bind, recv, send, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
+        SockType,
+    };
+    const AUDIT_GET: u16 = 1000;
+    const NLM_F_REQUEST: u16 = 1;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkAudit,
+    )
+    .map_err(|e| format!("no audit socket: {e}"))?;
+    use std::os::fd::AsRawFd;
+    bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(|e| format!("audit socket: {e}"))?;
+    let mut msg = Vec::with_capacity(16);
+    msg.extend_from_slice(&16u32.to_ne_bytes());
+    msg.extend_from_slice(&AUDIT_GET.to_ne_bytes());
+    msg.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    send(fd.as_raw_fd(), &msg, MsgFlags::empty()).map_err(|e| format!("audit status: {e}"))?;
+    let mut buf = [0u8; 512];
+    for _ in 0..4 {
+        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())
+            .map_err(|e| format!("audit status: {e}"))?;
+        if n < 24 {
+            continue;
+        }
+        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+        if kind == AUDIT_GET {
+            // struct audit_status { mask, enabled, ... } follows the 16-byte header.
+            return Ok(u32::from_ne_bytes([buf[20], buf[21], buf[22], buf[23]]) != 0);
+        }
+        if kind == 2 {
+            let errno = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+            if errno != 0 {
+                return Err(format!(
+                    "audit status refused: {}",
+                    std::io::Error::from_raw_os_error(-errno)
+                ));
+            }
+        }
+    }
+    Err("no answer from the audit subsystem".into())
+}

@@ -390,6 +390,7 @@ pub fn probe_text(r: &ProbeReport) -> String {
             None => "unknown (no dev.tty.legacy_tiocsti)",
         }
     );
+    let _ = writeln!(out, "audit log:          {}", yes(&r.audit_log));
     let _ = writeln!(
         out,
         "running as root:    {}",

@@ -256,7 +256,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
             if let Some(path) = &rule.resolved {
                 let granted = outer
                     .iter()
-                    .filter(|(p, _)| path.starts_with(p))
+                    .filter(|(p, _)| beneath(path, p))
                     .max_by_key(|(p, _)| p.components().count())
                     .map_or(Access::Deny, |(_, a)| *a);
                 rule.outer = Some(granted);
@@ -328,10 +328,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
     let env = environment(policy, facts, &scratch, &net);
     let program = resolve_program(argv, &env, &facts.cwd);
     let cwd_granted = rules.iter().any(|r| {
-        r.access != Access::Deny
-            && r.resolved
-                .as_ref()
-                .is_some_and(|p| facts.cwd.starts_with(p))
+        r.access != Access::Deny && r.resolved.as_ref().is_some_and(|p| beneath(&facts.cwd, p))
     });
     let cwd = if cwd_granted || !view {
         facts.cwd.clone()
@@ -435,6 +432,23 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
     Ok(out)
 }
 
+/// `path` is `dir` or lies beneath it. Both are absolute and normalised (no `.`, `..`,
+/// doubled or trailing slashes), so comparing bytes at a component boundary is exact,
+/// and much cheaper than `Path::starts_with`: this runs on every launch, for every pair
+/// of rules.
+pub fn beneath(path: &Path, dir: &Path) -> bool {
+    let (p, d) = (
+        path.as_os_str().as_encoded_bytes(),
+        dir.as_os_str().as_encoded_bytes(),
+    );
+    d == b"/" || (p.starts_with(d) && (p.len() == d.len() || p[d.len()] == b'/'))
+}
+
+/// `path` lies strictly beneath `dir`.
+pub fn strictly_beneath(path: &Path, dir: &Path) -> bool {
+    path.as_os_str().len() != dir.as_os_str().len() && beneath(path, dir)
+}
+
 /// The rule that decides `path` besides the rule at `path` itself: the nearest enclosing
 /// one, by components.
 pub fn enclosing<'a>(rules: &'a [PlannedRule], path: &Path) -> Option<&'a PlannedRule> {
@@ -443,7 +457,7 @@ pub fn enclosing<'a>(rules: &'a [PlannedRule], path: &Path) -> Option<&'a Planne
         .filter(|r| {
             r.resolved
                 .as_ref()
-                .is_some_and(|p| p != path && path.starts_with(p))
+                .is_some_and(|p| strictly_beneath(path, p))
         })
         .max_by_key(|r| r.resolved.as_ref().map_or(0, |p| p.components().count()))
 }
@@ -452,7 +466,7 @@ pub fn enclosing<'a>(rules: &'a [PlannedRule], path: &Path) -> Option<&'a Planne
 pub fn deciding<'a>(rules: &'a [PlannedRule], path: &Path) -> Option<&'a PlannedRule> {
     rules
         .iter()
-        .filter(|r| r.resolved.as_ref().is_some_and(|p| path.starts_with(p)))
+        .filter(|r| r.resolved.as_ref().is_some_and(|p| beneath(path, p)))
         .max_by_key(|r| r.resolved.as_ref().map_or(0, |p| p.components().count()))
 }
 
@@ -533,7 +547,7 @@ fn splittable(rules: &[PlannedRule], deny: &PlannedRule) -> bool {
             let above = r.access != Access::Deny
                 && r.resolved
                     .as_ref()
-                    .is_some_and(|p| p != path && path.starts_with(p));
+                    .is_some_and(|p| strictly_beneath(path, p));
             !above || !r.access.write()
         })
 }
@@ -548,18 +562,35 @@ fn split_grant(dir: &Path, access: Access, holes: &[&Path], abi: u32, out: &mut 
         access,
         rights: rights(access, true, abi) & AccessFs::ReadDir as u64,
     });
+    // The entries of `dir` that are holes, and those that lead to one.
+    let mut skip = Vec::new();
+    let mut descend = Vec::new();
+    for hole in holes {
+        if let Ok(rest) = hole.strip_prefix(dir) {
+            let mut parts = rest.components();
+            if let Some(first) = parts.next() {
+                let name = first.as_os_str();
+                if parts.next().is_none() {
+                    skip.push(name);
+                } else if !descend.contains(&name) {
+                    descend.push(name);
+                }
+            }
+        }
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let path = entry.path();
+        let name = entry.file_name();
         let Ok(kind) = entry.file_type() else {
             continue;
         };
-        if kind.is_symlink() || holes.contains(&path.as_path()) {
+        if kind.is_symlink() || skip.contains(&name.as_os_str()) {
             continue;
         }
-        if kind.is_dir() && holes.iter().any(|h| h.starts_with(&path)) {
+        let path = dir.join(&name);
+        if kind.is_dir() && descend.contains(&name.as_os_str()) {
             split_grant(&path, access, holes, abi, out);
         } else {
             out.push(LandlockRule {
@@ -803,7 +834,7 @@ fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
             continue; // nothing can be renamed inside a read-only tree
         }
         let mut dir = target.parent();
-        while let Some(d) = dir.filter(|d| *d != top && d.starts_with(top)) {
+        while let Some(d) = dir.filter(|d| strictly_beneath(d, top)) {
             let known = targets.iter().any(|t| t == d)
                 || pins
                     .iter()
@@ -857,7 +888,7 @@ fn insert_before_beneath(mounts: &mut Vec<Mount>, bind: Mount) {
             | Mount::MaskFile { target }
             | Mount::Proc { target }
             | Mount::Dev { target }
-            | Mount::Symlink { target, .. } => target != new && target.starts_with(new),
+            | Mount::Symlink { target, .. } => strictly_beneath(target, new),
         })
         .unwrap_or(mounts.len());
     mounts.insert(at, bind);
@@ -905,11 +936,7 @@ fn landlock_plan(
         let (Some(path), true) = (&rule.resolved, rule.access != Access::Deny) else {
             continue;
         };
-        let inside: Vec<&Path> = holes
-            .iter()
-            .copied()
-            .filter(|h| h.starts_with(path))
-            .collect();
+        let inside: Vec<&Path> = holes.iter().copied().filter(|h| beneath(h, path)).collect();
         if !inside.is_empty() {
             split_grant(path, rule.access, &inside, abi, &mut out);
             continue;
@@ -1040,15 +1067,26 @@ fn landlock_plan(
 
 /// Does `name` match the glob `pattern` (`*` matches any run of characters)?
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
-            _ => false,
+    // Linear-time matching with one backtrack point (the last `*` seen), as in shells.
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
         }
     }
-    go(pattern.as_bytes(), name.as_bytes())
+    p[pi..].iter().all(|c| *c == b'*')
 }
 
 fn is_glob(pattern: &str) -> bool {
@@ -1145,6 +1183,10 @@ mod tests {
         assert!(!glob_match("*_KEY", "KEYBOARD"));
         assert!(glob_match("PATH", "PATH"));
         assert!(!glob_match("PATH", "PATHX"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "aXbYbZc"));
+        assert!(!glob_match("a*b*c", "aXbYbZ"));
+        assert!(glob_match("LD_*", "LD_"));
     }
 
     #[test]

@@ -292,7 +292,10 @@ impl<'a> Merger<'a> {
     /// Add a rule; a later rule for the very same path replaces the earlier one, so a file
     /// that extends a profile, and the command line, can change what the profile said.
     fn add_rule(&mut self, rule: PathRule) {
-        self.policy.rules.retain(|r| r.path != rule.path);
+        // Paths are normalised: comparing bytes is exact and cheaper than by component.
+        self.policy
+            .rules
+            .retain(|r| r.path.as_os_str() != rule.path.as_os_str());
         self.policy.rules.push(rule);
     }
 
@@ -526,7 +529,8 @@ fn origin_at(src: &Source, offset: usize) -> Origin {
 }
 
 fn line_of(text: &str, offset: usize) -> Option<usize> {
-    Some(text[..offset.min(text.len())].matches('\n').count() + 1)
+    let upto = &text.as_bytes()[..offset.min(text.len())];
+    Some(upto.iter().filter(|b| **b == b'\n').count() + 1)
 }
 
 fn duration(src: &Source, value: &Spanned<String>) -> Result<Duration, PolicyError> {

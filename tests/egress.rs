@@ -428,6 +428,64 @@ fn direct_connection_bypassing_the_proxy_fails() {
     assert_eq!(srv.hits(), 0, "the host server saw a connection: {out}");
 }
 
+#[test]
+fn the_proxy_is_not_reachable_from_the_host() {
+    let fx = Fixture::new("egress-listener");
+    let srv = Server::start();
+    let p1 = srv.port;
+    let (ready, done) = (fx.cwd.join("ready"), fx.cwd.join("done"));
+    // Inside: prove the proxy serves, then wait (bounded) while the host tries it.
+    let script = format!(
+        "{CURL} -o /dev/null http://allowed.test:{p1}/inside || exit 90
+         printf %s \"$http_proxy\" > ready.tmp && mv ready.tmp ready
+         i=0; while [ ! -e done ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+    );
+    let mut cmd = sh(&fx, &allow_args(&fx, Via::Cli, p1), &script);
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cordon");
+    let started = Instant::now();
+    let is_ready = common::wait_until(Duration::from_secs(30), || ready.exists());
+    // The address the command was told about, tried from the host's loopback: cordon's
+    // proxy is not there (its socket lives in the sandbox's namespace). Whatever else may
+    // listen on that port cannot resolve the made-up name, so the server must see no
+    // second connection.
+    let mut reached = None;
+    if is_ready {
+        let proxy = std::fs::read_to_string(&ready).unwrap();
+        let port: u16 = proxy
+            .strip_prefix("http://127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("http_proxy inside: {proxy:?}"));
+        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = c.write_all(
+                format!(
+                    "GET http://allowed.test:{p1}/outside HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+            let mut answer = String::new();
+            let _ = c.read_to_string(&mut answer);
+            reached = Some(answer);
+        }
+    }
+    std::fs::write(&done, "").unwrap();
+    let out = finish(child, started);
+    assert!(
+        is_ready,
+        "the command never fetched through the proxy: {out}"
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(
+        srv.hits(),
+        1,
+        "the host reached the server through the proxy: {reached:?}"
+    );
+}
+
 /// A UDP datagram to 127.0.0.1:PORT, sent from inside with the given options; whether
 /// it reached the host-side listener on that port.
 fn udp_datagram_arrives(fx: &Fixture, options: &[String]) -> bool {
@@ -638,6 +696,36 @@ fn net_log_has_one_json_line_per_request() {
     assert_eq!(got, want, "{text}");
     assert_eq!(srv.hits(), 2);
     assert_eq!(other.hits(), 0);
+}
+
+#[test]
+fn a_relative_net_log_path_is_next_to_the_policy_file() {
+    let fx = Fixture::new("egress-log-rel");
+    let srv = Server::start();
+    let p1 = srv.port;
+    let policy = fx.policy(
+        "rel.toml",
+        &format!(
+            "extends = [\"default\"]\n\
+             [net]\n\
+             mode = \"egress\"\n\
+             allow = [\"allowed.test:{p1}\"]\n\
+             log = \"rel.jsonl\"\n\
+             [net.hosts]\n\
+             \"allowed.test\" = \"127.0.0.1\"\n"
+        ),
+    );
+    let script = format!("{CURL} -o /dev/null http://allowed.test:{p1}/");
+    let out = run(&mut sh(&fx, &["-p".into(), s(&policy).into()], &script));
+    assert_eq!(out.code, Some(0), "{out}");
+    let text = std::fs::read_to_string(fx.root().join("rel.jsonl"))
+        .unwrap_or_else(|e| panic!("no log next to the policy file: {e}: {out}"));
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("\"decision\":\"allow\""), "{text}");
+    assert!(
+        !fx.cwd.join("rel.jsonl").exists(),
+        "the log went to the cwd"
+    );
 }
 
 #[test]

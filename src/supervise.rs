@@ -186,11 +186,22 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     let mut env = plan.env.clone();
     let mut ports = plan.landlock.ports.clone();
     let mut host_listener = None;
-    if plan.net.mode == NetMode::Egress && !plan.net.namespace {
-        // Best effort without a network namespace: the proxy listens on the host's
-        // loopback and Landlock lets the command connect to that port only.
-        let l = TcpListener::bind("127.0.0.1:0").context("cannot open the egress proxy's port")?;
-        let port = l.local_addr()?.port();
+    if plan.net.mode == NetMode::Egress {
+        let port = if plan.net.namespace {
+            // The listener is created inside the sandbox's own network namespace, on
+            // the fixed port.
+            crate::plan::EGRESS_PORT
+        } else {
+            // Best effort without a network namespace: the proxy listens on the host's
+            // loopback and Landlock lets the command connect to that port only.
+            let l =
+                TcpListener::bind("127.0.0.1:0").context("cannot open the egress proxy's port")?;
+            let port = l.local_addr()?.port();
+            ports.push((port, AccessNet::ConnectTcp as u64));
+            host_listener = Some(l);
+            port
+        };
+        // The plan leaves the values empty: they are filled in here, for either port.
         for (k, v) in env.iter_mut() {
             if k.eq_ignore_ascii_case("http_proxy") || k.eq_ignore_ascii_case("https_proxy") {
                 *v = format!("http://127.0.0.1:{port}");
@@ -198,8 +209,6 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
                 *v = format!("socks5h://127.0.0.1:{port}");
             }
         }
-        ports.push((port, AccessNet::ConnectTcp as u64));
-        host_listener = Some(l);
     }
     let egress_config = if plan.net.mode == NetMode::Egress {
         Some(egress_config(plan, opts)?)

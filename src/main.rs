@@ -145,7 +145,7 @@ fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
                 // namespaces restricted): plan again without the view, honestly.
                 let mut facts = facts;
                 facts.namespaces = Err(if facts.outer.is_some() {
-                    format!("{refused}: this runs inside another cordon sandbox, which forbids new namespaces; the inner run is Landlock-only (it can only narrow the outer one)")
+                    format!("{refused}: {}", facts::NESTED_NO_NAMESPACES)
                 } else {
                     refused.to_string()
                 });

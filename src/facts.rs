@@ -57,13 +57,23 @@ pub fn gather() -> anyhow::Result<Facts> {
         user_name,
         env,
         landlock_abi: probe::landlock_abi(),
-        namespaces: probe::namespaces_allowed(uid == 0),
+        // Every cordon sandbox drops all capabilities and refuses new user namespaces,
+        // so a nested run can never build a view: say so now, so `explain` inside a
+        // sandbox shows the Landlock-only plan that will actually run.
+        namespaces: if outer.is_some() {
+            Err(NESTED_NO_NAMESPACES.to_string())
+        } else {
+            probe::namespaces_allowed(uid == 0)
+        },
         seccomp: probe::seccomp_available(),
         scratch_root: tmp.join(format!("cordon-{uid}")),
         run_id: format!("{}-{:08x}", std::process::id(), nanos),
         outer,
     })
 }
+
+/// Why a run nested in another cordon sandbox has no view.
+pub const NESTED_NO_NAMESPACES: &str = "this runs inside another cordon sandbox, which forbids new namespaces; the inner run is Landlock-only (it can only narrow the outer one)";
 
 /// What an enclosing cordon sandbox grants, read from the plan it published: its
 /// Landlock allow-list (as seen inside it) and the denials it enforces. None when the

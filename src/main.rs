@@ -36,6 +36,10 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    // Before anything reads a file: a setuid install would read policy files (and print
+    // the offending line of a broken one) with the owner's rights, for `explain` and
+    // `profiles show PATH` as much as for `run`.
+    supervise::refuse_setuid()?;
     match cli.command {
         None => run(cli.run),
         Some(Command::Run(args)) => run(args),
@@ -112,7 +116,6 @@ fn write_status(args: &RunArgs, status: &Status) -> anyhow::Result<()> {
 }
 
 fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
-    supervise::refuse_setuid()?;
     if args.command.is_empty() {
         anyhow::bail!("no command given; usage: cordon [OPTIONS] -- COMMAND [ARGS...]");
     }
@@ -142,7 +145,7 @@ fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
                 // namespaces restricted): plan again without the view, honestly.
                 let mut facts = facts;
                 facts.namespaces = Err(if facts.outer.is_some() {
-                    format!("{refused}: this runs inside another cordon sandbox, which forbids new namespaces; the inner run is Landlock-only (it can only narrow the outer one)")
+                    format!("{refused}: {}", facts::NESTED_NO_NAMESPACES)
                 } else {
                     refused.to_string()
                 });

@@ -679,3 +679,235 @@ fn denied_paths_cannot_be_linked_moved_or_changed(who: Who, base: &str) {
     }
     assert_eq!(snapshot(&w.ws), before, "the host changed");
 }
+
+// ---------------------------------------------------------------------------------------
+// What no rule grants does not exist inside.
+
+both!(unix_socket_outside_the_grants_cannot_be_reached);
+fn unix_socket_outside_the_grants_cannot_be_reached(who: Who, _base: &str) {
+    let Some(w) = World::new("sock", who, "default") else {
+        return;
+    };
+    let sock = w.outside.join("agent.sock");
+    let _listener = UnixListener::bind(&sock).expect("bind the test's socket");
+    // Connectable by anyone from outside, so only the sandbox can stop the command.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    UnixStream::connect(&sock).expect("the test connects from outside");
+    let connect = "import socket, sys\nc = socket.socket(socket.AF_UNIX)\nc.connect(sys.argv[1])\nprint('connected')";
+    let mut outside = w.as_who(Path::new("/usr/bin/python3"));
+    outside.args(["-c", connect, s(&sock)]);
+    let out = run(&mut outside);
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (Some(0), "connected"),
+        "{who:?} connects from outside: {out}"
+    );
+
+    let (r, _) = w.probe(&[
+        ("unix-connect", s(&sock).to_string()),
+        ("stat", s(&sock).to_string()),
+    ]);
+    assert_eq!(r, ["ENOENT", "ENOENT"], "{who:?}");
+}
+
+both!(ungranted_directory_does_not_exist);
+fn ungranted_directory_does_not_exist(who: Who, _base: &str) {
+    let Some(w) = World::new("absent", who, "default") else {
+        return;
+    };
+    let (r, _) = w.probe(&[
+        ("stat", s(&w.outside).to_string()),
+        ("list", s(&w.outside).to_string()),
+        ("read", at(&w.outside, "file")),
+        ("stat", s(&w.home).to_string()),
+        ("stat", s(&w.policy).to_string()),
+        // The workspace's parent holds only the path to the workspace.
+        ("list", s(w.root()).to_string()),
+        ("mkdir", at(&w.outside, "made")),
+    ]);
+    assert_eq!(
+        r,
+        ["ENOENT", "ENOENT", "ENOENT", "ENOENT", "ENOENT", "LIST:ws", "ENOENT"],
+        "{who:?}"
+    );
+    assert!(!w.outside.join("made").exists());
+    let out = w.cordon(&["-q"], &["ls", s(&w.outside)]);
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(out.stderr.contains("No such file or directory"), "{out}");
+}
+
+/// A file removed when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+both!(tmp_is_private_and_writable);
+fn tmp_is_private_and_writable(who: Who, _base: &str) {
+    let Some(w) = World::new("tmp", who, "default") else {
+        return;
+    };
+    let inside = PathBuf::from("/tmp").join(unique("made-inside"));
+    let _cleanup_inside = RemoveOnDrop(inside.clone());
+    // A file of the test's own in the host's /tmp: not to be seen inside.
+    let host = PathBuf::from("/tmp").join(unique("host-only"));
+    let _cleanup_host = RemoveOnDrop(host.clone());
+    std::fs::write(&host, "host").unwrap();
+
+    let (r, _) = w.probe(&[
+        ("create", s(&inside).to_string()),
+        ("read", s(&inside).to_string()),
+        ("mkdir", "/tmp/cordon-vt-dir".to_string()),
+        ("stat", s(&host).to_string()),
+    ]);
+    assert_eq!(r, ["OK", "DATA:made-inside", "OK", "ENOENT"], "{who:?}");
+    assert!(
+        !inside.exists(),
+        "the file made in /tmp reached the host's /tmp"
+    );
+    let out = w.cordon(
+        &["-q"],
+        &["sh", "-c", "echo hi > /tmp/x && cat /tmp/x && ls /tmp"],
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    let listed: Vec<&str> = out.stdout.lines().collect();
+    // The private /tmp: the file just made, and the path to the workspace.
+    let top = w.root().file_name().unwrap().to_str().unwrap();
+    assert_eq!(listed, ["hi", top, "x"], "{out}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes.
+
+both!(proc_lists_only_the_sandbox);
+fn proc_lists_only_the_sandbox(who: Who, _base: &str) {
+    let Some(w) = World::new("proc", who, "default") else {
+        return;
+    };
+    let me = std::process::id().to_string();
+    let (r, out) = w.probe(&[
+        ("pids", "/proc".to_string()),
+        ("stat", format!("/proc/{me}")),
+        ("read", "/proc/1/comm".to_string()),
+    ]);
+    let pids: Vec<u32> = r[0]
+        .strip_prefix("PIDS:")
+        .unwrap_or_else(|| panic!("{out}"))
+        .split(',')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // init (1) and python; nothing of the host's.
+    assert!(pids.contains(&1) && pids.len() <= 4, "{who:?}: {pids:?}");
+    assert!(!pids.contains(&std::process::id()), "{who:?}: {pids:?}");
+    assert_eq!(r[1], "ENOENT", "{who:?}");
+    assert_ne!(r[2], "DATA:systemd", "{who:?}");
+}
+
+/// Host pids whose argv has an argument equal to `marker`.
+fn pids_with_arg(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+both!(daemonised_grandchild_dies_with_the_run);
+fn daemonised_grandchild_dies_with_the_run(who: Who, _base: &str) {
+    let Some(w) = World::new("daemon", who, "default") else {
+        return;
+    };
+    let marker = unique("daemon");
+    // The marker reaches the daemon's argv through the environment, so nothing else
+    // inside (the checking python) carries it as an argument.
+    let check = "import os\nm = os.environ['VT_MARK'].encode()\n\
+                 n = 0\n\
+                 for p in filter(str.isdigit, os.listdir('/proc')):\n\
+                 \ttry:\n\t\tn += m in open('/proc/%s/cmdline' % p, 'rb').read().split(b'\\0')\n\
+                 \texcept OSError:\n\t\tpass\n\
+                 print('daemons', n)";
+    let script = format!(
+        "setsid python3 -c 'import time; time.sleep(300)' \"$VT_MARK\" </dev/null >/dev/null 2>&1 &\n\
+         sleep 0.5\n\
+         python3 -c \"{check}\"\n"
+    );
+    let env = format!("VT_MARK={marker}");
+    let out = w.cordon(&["-q", "--env", &env], &["sh", "-c", &script]);
+    let survivors = pids_with_arg(&marker);
+    let gone = survivors.is_empty()
+        || wait_until(Duration::from_secs(2), || pids_with_arg(&marker).is_empty());
+    if !gone {
+        // Only processes carrying this test's unique marker.
+        for pid in pids_with_arg(&marker) {
+            // SAFETY: signalling a process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        panic!("{who:?}: the daemon survived the run: {survivors:?}: {out}");
+    }
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(
+        out.stdout.trim(),
+        "daemons 1",
+        "the daemon ran inside: {out}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Without the view.
+
+both!(no_view_refuses_or_warns_for_each_narrower_rule);
+fn no_view_refuses_or_warns_for_each_narrower_rule(who: Who, _base: &str) {
+    let Some(w) = World::new("noview", who, "default") else {
+        return;
+    };
+    let ws = s(&w.ws);
+    let narrower = [
+        format!("ro {ws}/.git"),
+        format!("deny {ws}/secrets "),
+        format!("deny {ws}/.env"),
+    ];
+    let out = w.cordon(&["--no-view"], &["echo", "ran"]);
+    assert_eq!(out.code, Some(125), "{who:?}: {out}");
+    assert!(out.stdout.is_empty(), "the command ran: {out}");
+    assert!(out.stderr.starts_with("cordon: strict mode"), "{out}");
+    for rule in &narrower {
+        assert!(out.stderr.contains(rule.as_str()), "{rule}: {out}");
+    }
+    assert!(out.stderr.contains("--best-effort"), "{out}");
+    // The carve-out is no narrower than what Landlock grants: not named.
+    assert!(!out.stderr.contains("secrets/bin"), "{out}");
+
+    let out = w.cordon(&["--no-view", "--best-effort"], &["echo", "ran"]);
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (Some(0), "ran"),
+        "{who:?}: {out}"
+    );
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("cordon: warning: not enforced: "))
+        .collect();
+    assert_eq!(warnings.len(), narrower.len(), "{out}");
+    for rule in &narrower {
+        assert_eq!(
+            warnings
+                .iter()
+                .filter(|l| l.contains(rule.as_str()))
+                .count(),
+            1,
+            "one warning for {rule}: {out}"
+        );
+    }
+}

@@ -393,6 +393,7 @@ fn denied_file_and_dir_show_nothing(who: Who, base: &str) {
     let Some(w) = World::new("denied", who, base) else {
         return;
     };
+    let before = snapshot(&w.ws);
     let ws = &w.ws;
     let via_root = |rel: &str| format!("/proc/self/root{}", at(ws, rel));
     let (r, _) = w.probe(&[
@@ -499,6 +500,8 @@ fn denied_file_and_dir_show_nothing(who: Who, base: &str) {
         "the carve-out is listed: {out}"
     );
     assert!(!out.stdout.contains("key"), "{out}");
+    assert_eq!(snapshot(&w.ws), before, "the host changed");
+    assert!(w.ws.join("decoy").is_dir() && w.ws.join("decoy-file").is_file());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -658,6 +661,10 @@ fn workspace_is_writable_and_shows_on_the_host(who: Who, base: &str) {
     for p in ["made", "made/file"] {
         assert_eq!(std::fs::metadata(ws.join(p)).unwrap().uid(), w.uid(), "{p}");
     }
+    // The run's private scratch is gone.
+    let scratch = w.tmpdir.join(format!("cordon-{}", w.uid()));
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -689,12 +696,26 @@ fn denied_paths_cannot_be_linked_moved_or_changed(who: Who, base: &str) {
         ("create", at(ws, "secrets/key")),
         ("mkdir", at(ws, "secrets/new")),
         ("chmod", at(ws, ".env")),
+        // A new name in the writable workspace for a read-only file would make it
+        // writable: the mounts' boundaries refuse it.
+        (
+            "link",
+            format!("{}|{}", at(ws, ".git/HEAD"), at(ws, "hl-head")),
+        ),
+        (
+            "link",
+            format!("{}|{}", at(ws, "secrets/bin/tool"), at(ws, "hl-tool")),
+        ),
+        (
+            "rename",
+            format!("{}|{}", at(ws, ".git/HEAD"), at(ws, "head-moved")),
+        ),
     ]);
     assert_eq!(
         r,
         [
             "EXDEV", "ENOENT", "EBUSY", "EBUSY", "EXDEV", "EACCES", "EACCES", "EBUSY", "EBUSY",
-            "EROFS", "EROFS", "EROFS",
+            "EROFS", "EROFS", "EROFS", "EXDEV", "EXDEV", "EXDEV",
         ],
         "{who:?} on {base}"
     );
@@ -705,7 +726,19 @@ fn denied_paths_cannot_be_linked_moved_or_changed(who: Who, base: &str) {
     assert_ne!(out.code, Some(0), "{out}");
     assert!(out.stderr.contains("Invalid cross-device link"), "{out}");
     assert!(out.stderr.contains("Device or resource busy"), "{out}");
-    for p in ["hl-env", "hl-key", "s2", "e2", "b2", "hl", "hk", "s"] {
+    for p in [
+        "hl-env",
+        "hl-key",
+        "s2",
+        "e2",
+        "b2",
+        "hl",
+        "hk",
+        "s",
+        "hl-head",
+        "hl-tool",
+        "head-moved",
+    ] {
         assert!(!ws.join(p).exists(), "{p} was made on the host");
     }
     assert_eq!(snapshot(&w.ws), before, "the host changed");
@@ -746,6 +779,7 @@ fn ungranted_directory_does_not_exist(who: Who, _base: &str) {
     let Some(w) = World::new("absent", who, "default") else {
         return;
     };
+    std::os::unix::fs::symlink(w.outside.join("file"), w.ws.join("host-link-outside")).unwrap();
     let (r, _) = w.probe(&[
         ("stat", s(&w.outside).to_string()),
         ("list", s(&w.outside).to_string()),
@@ -755,10 +789,12 @@ fn ungranted_directory_does_not_exist(who: Who, _base: &str) {
         // The workspace's parent holds only the path to the workspace.
         ("list", s(w.root()).to_string()),
         ("mkdir", at(&w.outside, "made")),
+        // A symlink planted on the host, pointing out of the workspace.
+        ("read", at(&w.ws, "host-link-outside")),
     ]);
     assert_eq!(
         r,
-        ["ENOENT", "ENOENT", "ENOENT", "ENOENT", "ENOENT", "LIST:ws", "ENOENT"],
+        ["ENOENT", "ENOENT", "ENOENT", "ENOENT", "ENOENT", "LIST:ws", "ENOENT", "ENOENT"],
         "{who:?}"
     );
     assert!(!w.outside.join("made").exists());

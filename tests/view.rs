@@ -891,43 +891,100 @@ fn pids_with_arg(marker: &str) -> Vec<i32> {
     found
 }
 
+/// A shell script for inside: start a daemon (`setsid`, detached from every descriptor)
+/// whose argv carries `$VT_MARK`, wait until it shows in /proc, print `daemons N`. The
+/// marker comes through the environment, so nothing else inside has it as an argument.
+fn daemon_script() -> String {
+    let check = "import os\nm = os.environ['VT_MARK'].encode()\n\
+                 n = 0\n\
+                 for p in filter(str.isdigit, os.listdir('/proc')):\n\
+                 \ttry:\n\t\tn += m in open('/proc/%s/cmdline' % p, 'rb').read().split(b'\\0')\n\
+                 \texcept OSError:\n\t\tpass\n\
+                 print('daemons', n, flush=True)";
+    format!(
+        "setsid python3 -c 'import time; time.sleep(300)' \"$VT_MARK\" </dev/null >/dev/null 2>&1 &\n\
+         for i in $(seq 100); do python3 -c \"{check}\" | grep -q 'daemons 1' && break; sleep 0.1; done\n\
+         python3 -c \"{check}\"\n"
+    )
+}
+
+/// Fail if a process carrying `marker` is still there after a short grace; kill only
+/// those (this test started them) before failing.
+fn assert_no_survivor(marker: &str, what: &str) {
+    if wait_until(Duration::from_secs(3), || pids_with_arg(marker).is_empty()) {
+        return;
+    }
+    let survivors = pids_with_arg(marker);
+    for pid in &survivors {
+        // SAFETY: signalling a process carrying this test's unique marker.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    panic!("{what}: processes survived the run: {survivors:?}");
+}
+
 both!(daemonised_grandchild_dies_with_the_run);
 fn daemonised_grandchild_dies_with_the_run(who: Who, _base: &str) {
     let Some(w) = World::new("daemon", who, "default") else {
         return;
     };
     let marker = unique("daemon");
-    // The marker reaches the daemon's argv through the environment, so nothing else
-    // inside (the checking python) carries it as an argument.
-    let check = "import os\nm = os.environ['VT_MARK'].encode()\n\
-                 n = 0\n\
-                 for p in filter(str.isdigit, os.listdir('/proc')):\n\
-                 \ttry:\n\t\tn += m in open('/proc/%s/cmdline' % p, 'rb').read().split(b'\\0')\n\
-                 \texcept OSError:\n\t\tpass\n\
-                 print('daemons', n)";
-    let script = format!(
-        "setsid python3 -c 'import time; time.sleep(300)' \"$VT_MARK\" </dev/null >/dev/null 2>&1 &\n\
-         for i in $(seq 100); do python3 -c \"{check}\" | grep -q 'daemons 1' && break; sleep 0.1; done\n\
-         python3 -c \"{check}\"\n"
-    );
     let env = format!("VT_MARK={marker}");
-    let out = w.cordon(&["-q", "--env", &env], &["sh", "-c", &script]);
-    let survivors = pids_with_arg(&marker);
-    let gone = survivors.is_empty()
-        || wait_until(Duration::from_secs(2), || pids_with_arg(&marker).is_empty());
-    if !gone {
-        // Only processes carrying this test's unique marker.
-        for pid in pids_with_arg(&marker) {
-            // SAFETY: signalling a process this test started.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        panic!("{who:?}: the daemon survived the run: {survivors:?}: {out}");
-    }
+    let out = w.cordon(&["-q", "--env", &env], &["sh", "-c", &daemon_script()]);
+    assert_no_survivor(&marker, &format!("{who:?}: {out}"));
     assert_eq!(out.code, Some(0), "{out}");
     assert_eq!(
         out.stdout.trim(),
         "daemons 1",
         "the daemon ran inside: {out}"
+    );
+}
+
+both!(sandbox_dies_when_cordon_is_killed);
+fn sandbox_dies_when_cordon_is_killed(who: Who, _base: &str) {
+    let Some(w) = World::new("killed", who, "default") else {
+        return;
+    };
+    let marker = unique("killed");
+    let env = format!("VT_MARK={marker}");
+    // A daemon, then the command itself waits forever, both carrying the marker.
+    let script = format!(
+        "{}exec python3 -c 'import time; time.sleep(300)' \"$VT_MARK\"\n",
+        daemon_script()
+    );
+    // setpriv execs cordon: the child's pid is cordon's.
+    let mut cmd = w.as_who(&w.bin);
+    cmd.args([
+        "-p",
+        s(&w.policy),
+        "-q",
+        "--env",
+        &env,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn cordon");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let ready = rx.recv_timeout(common::DEADLINE);
+    // The supervisor dies without a chance to clean up.
+    // SAFETY: signalling the child this test spawned (and has not reaped).
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let status = child.wait().unwrap();
+    assert_no_survivor(&marker, &format!("{who:?}, after SIGKILL to cordon"));
+    assert_eq!(ready.as_deref().map(str::trim), Ok("daemons 1"), "{who:?}");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
     );
 }
 

@@ -1036,3 +1036,32 @@ fn no_view_refuses_or_warns_for_each_narrower_rule(who: Who, _base: &str) {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The README's spelling of the same policy.
+
+both!(readme_policy_with_cwd_variables);
+fn readme_policy_with_cwd_variables(who: Who, _base: &str) {
+    let Some(w) = World::new("readme", who, "default") else {
+        return;
+    };
+    // The README writes the example relative to the current directory.
+    let text = std::fs::read_to_string(&w.policy).unwrap();
+    std::fs::write(&w.policy, text.replace(s(&w.ws), "${CWD}")).unwrap();
+    assert!(std::fs::read_to_string(&w.policy)
+        .unwrap()
+        .contains("deny = [\"${CWD}/secrets\", \"${CWD}/.env\"]"));
+    let ws = &w.ws;
+    let (r, _) = w.probe(&[
+        ("read", ".env".to_string()),
+        ("read", "secrets/key".to_string()),
+        ("exec", at(ws, "secrets/bin/tool")),
+        ("write", ".git/HEAD".to_string()),
+        ("create", "made".to_string()),
+    ]);
+    assert_eq!(
+        r,
+        ["EMPTY", "ENOENT", "OUT:carve-out-ran", "EROFS", "OK"],
+        "{who:?}"
+    );
+}

@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{parse_env, run, s, script, wait_until, Fixture};
+use common::{
+    parse_env, readonly_errno, readonly_msg, run, s, script, ungranted_errno, ungranted_msg,
+    view_mode, wait_until, Fixture,
+};
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -34,10 +37,16 @@ fn file_outside_every_grant_is_not_readable() {
     let content = format!("cordon-test-secret-{}", std::process::id());
     fx.write(&secret, &content);
 
+    // With the view the file does not exist inside; without it Landlock refuses it.
     let out = run(fx.cordon().args(["--", "cat", s(&secret)]));
-    assert_ne!(out.code, Some(0), "{out}");
-    assert!(out.stderr.contains("Permission denied"), "{out}");
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("{}: {}", s(&secret), ungranted_msg())),
+        "{out}"
+    );
     assert!(!out.stdout.contains(&content), "content leaked: {out}");
+    let no = ungranted_errno();
     assert_eq!(
         fx.probe(
             &[],
@@ -47,7 +56,7 @@ fn file_outside_every_grant_is_not_readable() {
                 ("read", "/etc/passwd")
             ]
         ),
-        ["EACCES", "EACCES", "OK"]
+        [no, no, "OK"]
     );
 }
 
@@ -58,6 +67,8 @@ fn cwd_is_writable_and_a_sibling_is_not() {
     let sibling = fx.outside.join("made-outside");
     let existing = fx.outside.join("existing");
     fx.write(&existing, "untouched");
+    // With the view the sibling does not exist inside; without it Landlock refuses it.
+    let no = ungranted_errno();
     assert_eq!(
         fx.probe(
             &[],
@@ -68,7 +79,7 @@ fn cwd_is_writable_and_a_sibling_is_not() {
                 ("mkdir", s(&fx.outside.join("d"))),
             ]
         ),
-        ["OK", "EACCES", "EACCES", "EACCES"]
+        ["OK", no, no, no]
     );
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "x");
     assert!(!sibling.exists());
@@ -79,8 +90,18 @@ fn cwd_is_writable_and_a_sibling_is_not() {
     let out = run(fx
         .cordon()
         .args(["--", "sh", "-c", &format!("echo hi > {}", s(&sibling))]));
-    assert_ne!(out.code, Some(0), "{out}");
-    assert!(out.stderr.contains("Permission denied"), "{out}");
+    assert_eq!(out.code, Some(2), "{out}");
+    // dash words ENOENT on a redirection as "Directory nonexistent".
+    let why = if view_mode() {
+        "Directory nonexistent"
+    } else {
+        "Permission denied"
+    };
+    assert!(
+        out.stderr
+            .contains(&format!("cannot create {}: {why}", s(&sibling))),
+        "{out}"
+    );
     assert!(!sibling.exists());
 }
 
@@ -119,12 +140,32 @@ fn ro_flag_reads_but_does_not_write() {
                 ("unlink", s(&file)),
             ]
         ),
-        ["OK", "OK", "EACCES", "EACCES", "EACCES"]
+        [
+            "OK",
+            "OK",
+            readonly_errno(),
+            readonly_errno(),
+            readonly_errno()
+        ]
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
     assert!(!dir.join("new").exists());
+    // The same through the shell, checking the error text: the view binds the directory
+    // read-only, Landlock alone refuses the write.
+    let out =
+        run(fx
+            .cordon()
+            .args(ro)
+            .args(["--", "sh", "-c", &format!("echo more >> {}", s(&file))]));
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("cannot create {}: {}", s(&file), readonly_msg())),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
     // Without the flag the same directory is closed.
-    assert_eq!(fx.probe(&[], &[("read", s(&file))]), ["EACCES"]);
+    assert_eq!(fx.probe(&[], &[("read", s(&file))]), [ungranted_errno()]);
 }
 
 #[test]
@@ -144,7 +185,7 @@ fn rw_flag_writes_and_leaves_siblings_closed() {
                 ("create", s(&other.join("new"))),
             ]
         ),
-        ["OK", "OK", "OK", "EACCES"]
+        ["OK", "OK", "OK", ungranted_errno()]
     );
     assert!(dir.join("new").exists() && dir.join("sub").is_dir());
     assert!(!other.join("new").exists());
@@ -179,7 +220,7 @@ fn rx_runs_a_script_and_ro_does_not() {
     // --rx does not make it writable.
     assert_eq!(
         fx.probe(&["--rx", s(&bin)], &[("write", s(&tool))]),
-        ["EACCES"]
+        [readonly_errno()]
     );
 }
 
@@ -219,7 +260,8 @@ fn deny_flag_overrides_an_earlier_grant_of_the_same_path() {
             &["--rw", s(&dir), "--deny", s(&dir)],
             &[("read", s(&file)), ("create", s(&dir.join("n")))]
         ),
-        ["EACCES", "EACCES"]
+        // The later rule replaces the grant: nothing grants the directory any more.
+        [ungranted_errno(), ungranted_errno()]
     );
     assert!(!dir.join("n").exists());
 }
@@ -463,22 +505,80 @@ fn keep_star_still_drops_secrets_and_loader_variables() {
 // ---------------------------------------------------------------------------------------
 // Private HOME and TMPDIR.
 
+/// What a private `/tmp` holds before the command writes anything: nothing without the
+/// view; with it, the mountpoint of the fixture's cwd, which lies beneath `/tmp` on the
+/// host (cordon makes it in the run's own tmp), that is the fixture root's name.
+fn fresh_tmp_entries(fx: &Fixture) -> Vec<String> {
+    if !view_mode() {
+        return Vec::new();
+    }
+    let rel = fx
+        .root()
+        .strip_prefix("/tmp")
+        .expect("fixtures live in /tmp");
+    let top = rel.components().next().expect("a fixture dir");
+    vec![top.as_os_str().to_string_lossy().into_owned()]
+}
+
+/// Sorted entry names of a host directory.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn home_and_tmpdir_are_private_empty_and_removed() {
     let fx = Fixture::new("scratch");
-    let script = r#"
+    let ready = fx.cwd.join("ready");
+    let go = fx.cwd.join("go");
+    // The command writes into HOME and TMPDIR, then waits (at most 30 s) while the test
+    // looks at the run's scratch dir from the host side.
+    let script = format!(
+        r#"
         set -e
         echo "HOME=$HOME"
         echo "TMPDIR=$TMPDIR"
-        echo "home-entries=$(ls -A "$HOME" | wc -l)"
-        echo "tmp-entries=$(ls -A "$TMPDIR" | wc -l)"
+        echo "home-entries=$(ls -A "$HOME" | tr '\n' ' ')"
+        echo "tmp-entries=$(ls -A "$TMPDIR" | tr '\n' ' ')"
         echo mine > "$HOME/file"
         mkdir "$TMPDIR/dir" && echo mine > "$TMPDIR/dir/file"
         chmod 500 "$TMPDIR/dir"
+        touch {ready}
+        i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
         cat "$HOME/file"
-    "#;
-    let out = run(fx.cordon().args(["--", "sh", "-c", script]));
+        "#,
+        ready = s(&ready),
+        go = s(&go)
+    );
+    let started = Instant::now();
+    let child = fx
+        .cordon()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    // On the host: one fresh scratch dir, mode 0700, holding what the command wrote.
+    let left = fx.scratch_leftovers();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let dir = fx.scratch_root().join(&left[0]);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+    }
+    let home_file = std::fs::read_to_string(dir.join("home/file"));
+    let tmp_file = std::fs::read_to_string(dir.join("tmp/dir/file"));
+    std::fs::write(&go, "").unwrap();
+    let out = common::finish(child, started);
     assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(home_file.unwrap(), "mine\n");
+    assert_eq!(tmp_file.unwrap(), "mine\n");
     let line = |key: &str| {
         out.stdout
             .lines()
@@ -487,17 +587,24 @@ fn home_and_tmpdir_are_private_empty_and_removed() {
             .to_string()
     };
     let (home, tmp) = (line("HOME"), line("TMPDIR"));
-    assert_ne!(home, s(&fx.host_home), "{out}");
-    assert_ne!(tmp, s(&fx.tmpdir), "{out}");
-    assert_ne!(home, tmp, "{out}");
-    assert_eq!(line("home-entries"), "0", "{out}");
-    assert_eq!(line("tmp-entries"), "0", "{out}");
+    if view_mode() {
+        // The same paths in every run; the scratch dir is bound there.
+        assert_eq!((home.as_str(), tmp.as_str()), ("/run/cordon/home", "/tmp"));
+    } else {
+        assert_eq!(home, s(&dir.join("home")), "{out}");
+        assert_eq!(tmp, s(&dir.join("tmp")), "{out}");
+    }
+    assert_eq!(line("home-entries"), "", "{out}");
+    let fresh: String = fresh_tmp_entries(&fx)
+        .iter()
+        .map(|e| format!("{e} "))
+        .collect();
+    assert_eq!(line("tmp-entries"), fresh, "{out}");
     assert!(out.stdout.ends_with("mine\n"), "{out}");
     // Gone after exit, even the read-only directory the command left, and nothing of it
     // leaked into the host's HOME.
     assert_eq!(fx.scratch_leftovers(), Vec::<String>::new());
-    assert!(!std::path::Path::new(&home).exists());
-    assert!(!std::path::Path::new(&tmp).exists());
+    assert!(!dir.exists());
     assert_eq!(std::fs::read_dir(&fx.host_home).unwrap().count(), 0);
 }
 
@@ -514,7 +621,7 @@ fn host_home_is_not_reachable() {
                 ("create", s(&fx.host_home.join("planted")))
             ]
         ),
-        ["EACCES", "EACCES"]
+        [ungranted_errno(), ungranted_errno()]
     );
     assert!(!fx.host_home.join("planted").exists());
 }
@@ -524,9 +631,11 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
     const N: usize = 16;
     let fx = Fixture::new("concurrent");
     let sync = fx.cwd.join("sync");
+    let go = fx.cwd.join("go");
     std::fs::create_dir(&sync).unwrap();
     // Each run marks its HOME and TMPDIR, then waits (at most 30 s) until all N runs are
-    // alive, then lists them: with a shared directory it would see the others' marks.
+    // alive and the test has looked at their scratch dirs, then lists them: with a shared
+    // directory it would see the others' marks.
     let script = format!(
         r#"
         touch "$HOME/mine-$1" "$TMPDIR/mine-$1"
@@ -534,12 +643,13 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
         echo "home=$HOME tmp=$TMPDIR"
         touch "{sync}/$1"
         i=0
-        while [ "$(ls "{sync}" | wc -l)" -lt {N} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+        while [ ! -e "{go}" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
         echo "together=$(ls "{sync}" | wc -l)"
         echo "home-list=$(ls -A "$HOME" | tr '\n' ' ')"
         echo "tmp-list=$(ls -A "$TMPDIR" | tr '\n' ' ')"
         "#,
-        sync = s(&sync)
+        sync = s(&sync),
+        go = s(&go)
     );
     let started = Instant::now();
     let children: Vec<_> = (0..N)
@@ -552,10 +662,33 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
                 .unwrap()
         })
         .collect();
+    let all_there = wait_until(Duration::from_secs(30), || {
+        std::fs::read_dir(&sync).unwrap().count() == N
+    });
+    // On the host, while all N run: N scratch dirs, each holding one run's marks only.
+    let left = fx.scratch_leftovers();
+    let mut seen: Vec<String> = left
+        .iter()
+        .map(|d| {
+            let d = fx.scratch_root().join(d);
+            let home = entries(&d.join("home"));
+            let mut tmp = entries(&d.join("tmp"));
+            tmp.retain(|e| !fresh_tmp_entries(&fx).contains(e));
+            assert_eq!(home.len(), 1, "{}: {home:?}", d.display());
+            assert_eq!(home, tmp, "{}", d.display());
+            home[0].clone()
+        })
+        .collect();
+    std::fs::write(&go, "").unwrap();
     let outs: Vec<_> = children
         .into_iter()
         .map(|c| common::finish(c, started))
         .collect();
+    assert!(all_there, "the runs never met: {outs:?}");
+    seen.sort();
+    let mut expected: Vec<String> = (0..N).map(|i| format!("mine-{i}")).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "one scratch dir per run");
     let mut inodes = std::collections::HashSet::new();
     let mut names = std::collections::HashSet::new();
     for (i, out) in outs.iter().enumerate() {
@@ -569,8 +702,12 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
             out.stdout.contains(&format!("home-list={mine}\n")),
             "run {i}: {out}"
         );
+        let mut tmp = fresh_tmp_entries(&fx);
+        tmp.push(format!("mine-{i}"));
+        tmp.sort();
+        let tmp: String = tmp.iter().map(|e| format!("{e} ")).collect();
         assert!(
-            out.stdout.contains(&format!("tmp-list={mine}\n")),
+            out.stdout.contains(&format!("tmp-list={tmp}\n")),
             "run {i}: {out}"
         );
         let ino = out.stdout.lines().find(|l| l.starts_with("ino=")).unwrap();
@@ -578,9 +715,12 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
         let name = out.stdout.lines().find(|l| l.starts_with("home=")).unwrap();
         names.insert(name.to_string());
     }
-    // Without the view the paths differ too; with it, every run sees the same path.
-    if common::mode_flags().contains(&"--no-view") {
-        assert_eq!(names.len(), N);
+    // Without the view the paths differ too; with it, every run sees the same path
+    // (with a different directory bound there, checked above).
+    if view_mode() {
+        assert_eq!(names.len(), 1, "{names:?}");
+    } else {
+        assert_eq!(names.len(), N, "{names:?}");
     }
     assert_eq!(fx.scratch_leftovers(), Vec::<String>::new(), "left behind");
 }
@@ -1512,7 +1652,7 @@ fn relative_paths_resolve_against_cwd_on_the_command_line_and_the_file_elsewhere
     // neither: the real outside stays closed.
     assert_eq!(
         fx.probe(&["-p", s(&policy)], &[("read", s(&file))]),
-        ["EACCES"]
+        [ungranted_errno()]
     );
 }
 

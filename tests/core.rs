@@ -267,29 +267,81 @@ fn deny_flag_overrides_an_earlier_grant_of_the_same_path() {
 }
 
 #[test]
-#[ignore = "needs the mount-namespace view: src/enforce/view.rs is a placeholder (Landlock alone cannot deny inside a grant)"]
 fn deny_inside_a_granted_tree_with_the_view() {
     // Run in the default mode (view, strict) on purpose: this is what the view is for.
+    // A denied dir inside a writable grant is an empty read-only dir; a denied file
+    // (the system profile's /etc/shadow) an empty read-only file; the rest of the grant
+    // stays writable, and the denied dir cannot be moved or removed to get rid of it.
     let fx = Fixture::new("deny-view");
     let dir = fx.dir("proj");
-    let secret = dir.join("secrets").join("key");
+    let secrets = dir.join("secrets");
+    let secret = secrets.join("key");
     let open = dir.join("open.txt");
     fx.write(&secret, "cordon-deny-secret");
     fx.write(&open, "open");
+    // The other side: the host's /etc/shadow has content to hide.
+    assert!(std::fs::metadata("/etc/shadow").unwrap().len() > 0);
     let mut cmd = fx.bare();
-    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&dir.join("secrets"))])
+    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&secrets)])
         .args(["--", "python3", "-c", common::PROBE])
-        .args(["read", s(&open), "read", s(&secret), "read", "/etc/shadow"]);
+        .args([
+            "read",
+            s(&open),
+            "write",
+            s(&open),
+            "create",
+            s(&dir.join("new")),
+            "read",
+            s(&secret),
+            "list",
+            s(&secrets),
+            "create",
+            s(&secrets.join("planted")),
+            "mkdir",
+            s(&secrets.join("d")),
+            "unlink",
+            s(&secret),
+            "read",
+            "/etc/shadow",
+            "write",
+            "/etc/shadow",
+        ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(0), "{out}");
-    let results: Vec<&str> = out
-        .stdout
-        .lines()
-        .map(|l| l.split(' ').nth(1).unwrap())
-        .collect();
-    assert_eq!(results[0], "OK", "{out}");
-    assert_ne!(results[1], "OK", "{out}");
-    assert_ne!(results[2], "OK", "{out}");
+    assert_eq!(
+        out.stdout,
+        "read OK\nwrite OK\ncreate OK\n\
+         read ENOENT\nlist OK\ncreate EROFS\nmkdir EROFS\nunlink EROFS\n\
+         read OK\nwrite EACCES\n",
+        "{out}"
+    );
+    // What the reads above saw: nothing.
+    let script = format!(
+        "echo \"secrets=$(ls -A {d} | wc -l)\"; echo \"shadow=$(wc -c < /etc/shadow)\"; \
+         mv {d} {dir}/moved; echo \"mv=$?\"; rmdir {d}; echo \"rmdir=$?\"",
+        d = s(&secrets),
+        dir = s(&dir)
+    );
+    let mut cmd = fx.bare();
+    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&secrets)])
+        .args(["--", "sh", "-c", &script]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(out.stdout, "secrets=0\nshadow=0\nmv=1\nrmdir=1\n", "{out}");
+    assert_eq!(
+        out.stderr.matches("Device or resource busy").count(),
+        2,
+        "mv and rmdir both refused: {out}"
+    );
+    // On the host: the secret untouched, nothing planted, the open file written.
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "cordon-deny-secret"
+    );
+    assert_eq!(entries(&secrets), ["key"]);
+    assert!(!dir.join("moved").exists());
+    assert_eq!(std::fs::read_to_string(&open).unwrap(), "xpen");
+    assert!(dir.join("new").exists());
 }
 
 #[test]

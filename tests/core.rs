@@ -1736,13 +1736,21 @@ fn processes_with(token: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Run `script` (which starts a background `python3 … TOKEN` sleeper) and return the
-/// sleepers still running 10 s after cordon exited; they are killed before returning.
-/// They are the test's own processes, found by a token unique to this test run.
-fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> {
+/// Run a command that starts a background `python3 … TOKEN` sleeper, waits until it
+/// runs, then does `tail` (where `GO` names a file the test creates once it has seen the
+/// sleeper running from the host). Returns the sleepers still running 10 s after cordon
+/// exited; they are killed before returning. They are the test's own processes, found by
+/// a token unique to this test run.
+fn survivors(fx: &Fixture, flags: &[&str], tail: &str, code: i32) -> Vec<u32> {
     let token = format!("cordon-test-survivor-{}", fx.root().display());
-    let sleeper = format!("python3 -c 'import time; time.sleep(60)' {token}");
-    let script = script.replace("SLEEPER", &sleeper);
+    let ready = fx.cwd.join("sleeper-ready");
+    let go = fx.cwd.join("go");
+    let script = format!(
+        "python3 -c 'import sys, time; open(sys.argv[1], \"w\").close(); time.sleep(60)' {r} {token} & \
+         while [ ! -e {r} ]; do sleep 0.05; done; {tail}",
+        r = s(&ready),
+        tail = tail.replace("GO", s(&go))
+    );
     // No pipes: a survivor would hold them open.
     let mut child = fx
         .cordon()
@@ -1752,11 +1760,16 @@ fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The other side: while the run lasts, the sleeper runs and is visible from the host.
+    let running = wait_until(Duration::from_secs(20), || {
+        ready.exists() && !processes_with(&token).is_empty()
+    });
+    std::fs::write(&go, "").unwrap();
     let exited = wait_until(common::DEADLINE, || child.try_wait().unwrap().is_some());
     if !exited {
         let _ = child.kill();
     }
-    assert_eq!(child.wait().unwrap().code(), Some(code));
+    let status = child.wait().unwrap();
     wait_until(Duration::from_secs(10), || {
         processes_with(&token).is_empty()
     });
@@ -1767,22 +1780,41 @@ fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> 
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+    assert!(running, "the sleeper never ran");
+    assert_eq!(status.code(), Some(code));
     left
 }
 
 #[test]
-#[ignore = "bug: without the view, descendants of the command survive --timeout (supervise.rs signals only the direct child)"]
 fn timeout_ends_the_whole_tree() {
+    if !view_mode() {
+        eprintln!(
+            "SKIPPED timeout_ends_the_whole_tree without the view: known bug, descendants of \
+             the command survive --timeout (supervise.rs signals only the direct child)"
+        );
+        return;
+    }
     let fx = Fixture::new("timeout-tree");
-    let left = survivors(&fx, &["--timeout", "1s"], "SLEEPER & sleep 30", 124);
+    let left = survivors(&fx, &["--timeout", "2s"], "sleep 30", 124);
     assert!(left.is_empty(), "still running after the timeout: {left:?}");
 }
 
 #[test]
-#[ignore = "bug: without the view, background processes of the command outlive the run (nothing ends the tree at exit)"]
 fn no_process_outlives_the_run() {
+    if !view_mode() {
+        eprintln!(
+            "SKIPPED no_process_outlives_the_run without the view: known bug, background \
+             processes of the command outlive the run (nothing ends the tree at exit)"
+        );
+        return;
+    }
     let fx = Fixture::new("exit-tree");
-    let left = survivors(&fx, &[], "SLEEPER & sleep 0.5; exit 0", 0);
+    let left = survivors(
+        &fx,
+        &[],
+        "i=0; while [ ! -e GO ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
+        0,
+    );
     assert!(
         left.is_empty(),
         "still running after cordon exited: {left:?}"

@@ -1210,6 +1210,12 @@ fn explain_check_gates_on_degraded_rules() {
     ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stdout.contains(s(&secrets)), "names the rule: {out}");
+    // With the view (the default) the same rule is enforced: nothing is degraded.
+    let mut cmd = fx.bare();
+    cmd.args(["explain", "--check", "--deny", s(&secrets), "--", "true"]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
     let policy = fx.policy("p.toml", "[fs]\nrx = [\"/usr\"]\n");
     let mut cmd = fx.bare();
     cmd.args([

@@ -1393,9 +1393,17 @@ fn the_command_dies_with_cordon() {
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(20), || ready.exists()));
-    let tree = descendants(child.id());
-    assert!(!tree.is_empty(), "no command under cordon");
-    assert!(tree.iter().all(|p| alive(*p)));
+    // Once `touch` is reaped and `sh` has become `sleep`: every process under cordon
+    // (with the view, its init too) runs, and `sleep` is among them.
+    let mut tree = Vec::new();
+    let settled = wait_until(Duration::from_secs(10), || {
+        tree = descendants(child.id());
+        tree.iter().all(|p| alive(*p))
+            && tree.iter().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
+    });
+    assert!(settled, "no running `sleep` under cordon: {tree:?}");
     child.kill().unwrap(); // SIGKILL: cordon gets no chance to clean up
     child.wait().unwrap();
     let gone = wait_until(Duration::from_secs(10), || tree.iter().all(|p| !alive(*p)));

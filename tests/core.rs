@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{parse_env, run, s, script, wait_until, Fixture};
+use common::{
+    parse_env, readonly_errno, readonly_msg, run, s, script, ungranted_errno, ungranted_msg,
+    view_mode, wait_until, Fixture,
+};
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -34,10 +37,16 @@ fn file_outside_every_grant_is_not_readable() {
     let content = format!("cordon-test-secret-{}", std::process::id());
     fx.write(&secret, &content);
 
+    // With the view the file does not exist inside; without it Landlock refuses it.
     let out = run(fx.cordon().args(["--", "cat", s(&secret)]));
-    assert_ne!(out.code, Some(0), "{out}");
-    assert!(out.stderr.contains("Permission denied"), "{out}");
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("{}: {}", s(&secret), ungranted_msg())),
+        "{out}"
+    );
     assert!(!out.stdout.contains(&content), "content leaked: {out}");
+    let no = ungranted_errno();
     assert_eq!(
         fx.probe(
             &[],
@@ -47,7 +56,7 @@ fn file_outside_every_grant_is_not_readable() {
                 ("read", "/etc/passwd")
             ]
         ),
-        ["EACCES", "EACCES", "OK"]
+        [no, no, "OK"]
     );
 }
 
@@ -58,6 +67,8 @@ fn cwd_is_writable_and_a_sibling_is_not() {
     let sibling = fx.outside.join("made-outside");
     let existing = fx.outside.join("existing");
     fx.write(&existing, "untouched");
+    // With the view the sibling does not exist inside; without it Landlock refuses it.
+    let no = ungranted_errno();
     assert_eq!(
         fx.probe(
             &[],
@@ -68,7 +79,7 @@ fn cwd_is_writable_and_a_sibling_is_not() {
                 ("mkdir", s(&fx.outside.join("d"))),
             ]
         ),
-        ["OK", "EACCES", "EACCES", "EACCES"]
+        ["OK", no, no, no]
     );
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "x");
     assert!(!sibling.exists());
@@ -79,8 +90,18 @@ fn cwd_is_writable_and_a_sibling_is_not() {
     let out = run(fx
         .cordon()
         .args(["--", "sh", "-c", &format!("echo hi > {}", s(&sibling))]));
-    assert_ne!(out.code, Some(0), "{out}");
-    assert!(out.stderr.contains("Permission denied"), "{out}");
+    assert_eq!(out.code, Some(2), "{out}");
+    // dash words ENOENT on a redirection as "Directory nonexistent".
+    let why = if view_mode() {
+        "Directory nonexistent"
+    } else {
+        "Permission denied"
+    };
+    assert!(
+        out.stderr
+            .contains(&format!("cannot create {}: {why}", s(&sibling))),
+        "{out}"
+    );
     assert!(!sibling.exists());
 }
 
@@ -119,12 +140,32 @@ fn ro_flag_reads_but_does_not_write() {
                 ("unlink", s(&file)),
             ]
         ),
-        ["OK", "OK", "EACCES", "EACCES", "EACCES"]
+        [
+            "OK",
+            "OK",
+            readonly_errno(),
+            readonly_errno(),
+            readonly_errno()
+        ]
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
     assert!(!dir.join("new").exists());
+    // The same through the shell, checking the error text: the view binds the directory
+    // read-only, Landlock alone refuses the write.
+    let out =
+        run(fx
+            .cordon()
+            .args(ro)
+            .args(["--", "sh", "-c", &format!("echo more >> {}", s(&file))]));
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("cannot create {}: {}", s(&file), readonly_msg())),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
     // Without the flag the same directory is closed.
-    assert_eq!(fx.probe(&[], &[("read", s(&file))]), ["EACCES"]);
+    assert_eq!(fx.probe(&[], &[("read", s(&file))]), [ungranted_errno()]);
 }
 
 #[test]
@@ -144,7 +185,7 @@ fn rw_flag_writes_and_leaves_siblings_closed() {
                 ("create", s(&other.join("new"))),
             ]
         ),
-        ["OK", "OK", "OK", "EACCES"]
+        ["OK", "OK", "OK", ungranted_errno()]
     );
     assert!(dir.join("new").exists() && dir.join("sub").is_dir());
     assert!(!other.join("new").exists());
@@ -179,7 +220,7 @@ fn rx_runs_a_script_and_ro_does_not() {
     // --rx does not make it writable.
     assert_eq!(
         fx.probe(&["--rx", s(&bin)], &[("write", s(&tool))]),
-        ["EACCES"]
+        [readonly_errno()]
     );
 }
 
@@ -219,35 +260,88 @@ fn deny_flag_overrides_an_earlier_grant_of_the_same_path() {
             &["--rw", s(&dir), "--deny", s(&dir)],
             &[("read", s(&file)), ("create", s(&dir.join("n")))]
         ),
-        ["EACCES", "EACCES"]
+        // The later rule replaces the grant: nothing grants the directory any more.
+        [ungranted_errno(), ungranted_errno()]
     );
     assert!(!dir.join("n").exists());
 }
 
 #[test]
-#[ignore = "needs the mount-namespace view: src/enforce/view.rs is a placeholder (Landlock alone cannot deny inside a grant)"]
 fn deny_inside_a_granted_tree_with_the_view() {
     // Run in the default mode (view, strict) on purpose: this is what the view is for.
+    // A denied dir inside a writable grant is an empty read-only dir; a denied file
+    // (the system profile's /etc/shadow) an empty read-only file; the rest of the grant
+    // stays writable, and the denied dir cannot be moved or removed to get rid of it.
     let fx = Fixture::new("deny-view");
     let dir = fx.dir("proj");
-    let secret = dir.join("secrets").join("key");
+    let secrets = dir.join("secrets");
+    let secret = secrets.join("key");
     let open = dir.join("open.txt");
     fx.write(&secret, "cordon-deny-secret");
     fx.write(&open, "open");
+    // The other side: the host's /etc/shadow has content to hide.
+    assert!(std::fs::metadata("/etc/shadow").unwrap().len() > 0);
     let mut cmd = fx.bare();
-    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&dir.join("secrets"))])
+    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&secrets)])
         .args(["--", "python3", "-c", common::PROBE])
-        .args(["read", s(&open), "read", s(&secret), "read", "/etc/shadow"]);
+        .args([
+            "read",
+            s(&open),
+            "write",
+            s(&open),
+            "create",
+            s(&dir.join("new")),
+            "read",
+            s(&secret),
+            "list",
+            s(&secrets),
+            "create",
+            s(&secrets.join("planted")),
+            "mkdir",
+            s(&secrets.join("d")),
+            "unlink",
+            s(&secret),
+            "read",
+            "/etc/shadow",
+            "write",
+            "/etc/shadow",
+        ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(0), "{out}");
-    let results: Vec<&str> = out
-        .stdout
-        .lines()
-        .map(|l| l.split(' ').nth(1).unwrap())
-        .collect();
-    assert_eq!(results[0], "OK", "{out}");
-    assert_ne!(results[1], "OK", "{out}");
-    assert_ne!(results[2], "OK", "{out}");
+    assert_eq!(
+        out.stdout,
+        "read OK\nwrite OK\ncreate OK\n\
+         read ENOENT\nlist OK\ncreate EROFS\nmkdir EROFS\nunlink EROFS\n\
+         read OK\nwrite EACCES\n",
+        "{out}"
+    );
+    // What the reads above saw: nothing.
+    let script = format!(
+        "echo \"secrets=$(ls -A {d} | wc -l)\"; echo \"shadow=$(wc -c < /etc/shadow)\"; \
+         mv {d} {dir}/moved; echo \"mv=$?\"; rmdir {d}; echo \"rmdir=$?\"",
+        d = s(&secrets),
+        dir = s(&dir)
+    );
+    let mut cmd = fx.bare();
+    cmd.args(["-q", "--rw", s(&dir), "--deny", s(&secrets)])
+        .args(["--", "sh", "-c", &script]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(out.stdout, "secrets=0\nshadow=0\nmv=1\nrmdir=1\n", "{out}");
+    assert_eq!(
+        out.stderr.matches("Device or resource busy").count(),
+        2,
+        "mv and rmdir both refused: {out}"
+    );
+    // On the host: the secret untouched, nothing planted, the open file written.
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "cordon-deny-secret"
+    );
+    assert_eq!(entries(&secrets), ["key"]);
+    assert!(!dir.join("moved").exists());
+    assert_eq!(std::fs::read_to_string(&open).unwrap(), "xpen");
+    assert!(dir.join("new").exists());
 }
 
 #[test]
@@ -463,22 +557,80 @@ fn keep_star_still_drops_secrets_and_loader_variables() {
 // ---------------------------------------------------------------------------------------
 // Private HOME and TMPDIR.
 
+/// What a private `/tmp` holds before the command writes anything: nothing without the
+/// view; with it, the mountpoint of the fixture's cwd, which lies beneath `/tmp` on the
+/// host (cordon makes it in the run's own tmp), that is the fixture root's name.
+fn fresh_tmp_entries(fx: &Fixture) -> Vec<String> {
+    if !view_mode() {
+        return Vec::new();
+    }
+    let rel = fx
+        .root()
+        .strip_prefix("/tmp")
+        .expect("fixtures live in /tmp");
+    let top = rel.components().next().expect("a fixture dir");
+    vec![top.as_os_str().to_string_lossy().into_owned()]
+}
+
+/// Sorted entry names of a host directory.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn home_and_tmpdir_are_private_empty_and_removed() {
     let fx = Fixture::new("scratch");
-    let script = r#"
+    let ready = fx.cwd.join("ready");
+    let go = fx.cwd.join("go");
+    // The command writes into HOME and TMPDIR, then waits (at most 30 s) while the test
+    // looks at the run's scratch dir from the host side.
+    let script = format!(
+        r#"
         set -e
         echo "HOME=$HOME"
         echo "TMPDIR=$TMPDIR"
-        echo "home-entries=$(ls -A "$HOME" | wc -l)"
-        echo "tmp-entries=$(ls -A "$TMPDIR" | wc -l)"
+        echo "home-entries=$(ls -A "$HOME" | tr '\n' ' ')"
+        echo "tmp-entries=$(ls -A "$TMPDIR" | tr '\n' ' ')"
         echo mine > "$HOME/file"
         mkdir "$TMPDIR/dir" && echo mine > "$TMPDIR/dir/file"
         chmod 500 "$TMPDIR/dir"
+        touch {ready}
+        i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
         cat "$HOME/file"
-    "#;
-    let out = run(fx.cordon().args(["--", "sh", "-c", script]));
+        "#,
+        ready = s(&ready),
+        go = s(&go)
+    );
+    let started = Instant::now();
+    let child = fx
+        .cordon()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    // On the host: one fresh scratch dir, mode 0700, holding what the command wrote.
+    let left = fx.scratch_leftovers();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let dir = fx.scratch_root().join(&left[0]);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+    }
+    let home_file = std::fs::read_to_string(dir.join("home/file"));
+    let tmp_file = std::fs::read_to_string(dir.join("tmp/dir/file"));
+    std::fs::write(&go, "").unwrap();
+    let out = common::finish(child, started);
     assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(home_file.unwrap(), "mine\n");
+    assert_eq!(tmp_file.unwrap(), "mine\n");
     let line = |key: &str| {
         out.stdout
             .lines()
@@ -487,17 +639,24 @@ fn home_and_tmpdir_are_private_empty_and_removed() {
             .to_string()
     };
     let (home, tmp) = (line("HOME"), line("TMPDIR"));
-    assert_ne!(home, s(&fx.host_home), "{out}");
-    assert_ne!(tmp, s(&fx.tmpdir), "{out}");
-    assert_ne!(home, tmp, "{out}");
-    assert_eq!(line("home-entries"), "0", "{out}");
-    assert_eq!(line("tmp-entries"), "0", "{out}");
+    if view_mode() {
+        // The same paths in every run; the scratch dir is bound there.
+        assert_eq!((home.as_str(), tmp.as_str()), ("/run/cordon/home", "/tmp"));
+    } else {
+        assert_eq!(home, s(&dir.join("home")), "{out}");
+        assert_eq!(tmp, s(&dir.join("tmp")), "{out}");
+    }
+    assert_eq!(line("home-entries"), "", "{out}");
+    let fresh: String = fresh_tmp_entries(&fx)
+        .iter()
+        .map(|e| format!("{e} "))
+        .collect();
+    assert_eq!(line("tmp-entries"), fresh, "{out}");
     assert!(out.stdout.ends_with("mine\n"), "{out}");
     // Gone after exit, even the read-only directory the command left, and nothing of it
     // leaked into the host's HOME.
     assert_eq!(fx.scratch_leftovers(), Vec::<String>::new());
-    assert!(!std::path::Path::new(&home).exists());
-    assert!(!std::path::Path::new(&tmp).exists());
+    assert!(!dir.exists());
     assert_eq!(std::fs::read_dir(&fx.host_home).unwrap().count(), 0);
 }
 
@@ -514,7 +673,7 @@ fn host_home_is_not_reachable() {
                 ("create", s(&fx.host_home.join("planted")))
             ]
         ),
-        ["EACCES", "EACCES"]
+        [ungranted_errno(), ungranted_errno()]
     );
     assert!(!fx.host_home.join("planted").exists());
 }
@@ -524,9 +683,11 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
     const N: usize = 16;
     let fx = Fixture::new("concurrent");
     let sync = fx.cwd.join("sync");
+    let go = fx.cwd.join("go");
     std::fs::create_dir(&sync).unwrap();
     // Each run marks its HOME and TMPDIR, then waits (at most 30 s) until all N runs are
-    // alive, then lists them: with a shared directory it would see the others' marks.
+    // alive and the test has looked at their scratch dirs, then lists them: with a shared
+    // directory it would see the others' marks.
     let script = format!(
         r#"
         touch "$HOME/mine-$1" "$TMPDIR/mine-$1"
@@ -534,12 +695,13 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
         echo "home=$HOME tmp=$TMPDIR"
         touch "{sync}/$1"
         i=0
-        while [ "$(ls "{sync}" | wc -l)" -lt {N} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+        while [ ! -e "{go}" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
         echo "together=$(ls "{sync}" | wc -l)"
         echo "home-list=$(ls -A "$HOME" | tr '\n' ' ')"
         echo "tmp-list=$(ls -A "$TMPDIR" | tr '\n' ' ')"
         "#,
-        sync = s(&sync)
+        sync = s(&sync),
+        go = s(&go)
     );
     let started = Instant::now();
     let children: Vec<_> = (0..N)
@@ -552,10 +714,33 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
                 .unwrap()
         })
         .collect();
+    let all_there = wait_until(Duration::from_secs(30), || {
+        std::fs::read_dir(&sync).unwrap().count() == N
+    });
+    // On the host, while all N run: N scratch dirs, each holding one run's marks only.
+    let left = fx.scratch_leftovers();
+    let mut seen: Vec<String> = left
+        .iter()
+        .map(|d| {
+            let d = fx.scratch_root().join(d);
+            let home = entries(&d.join("home"));
+            let mut tmp = entries(&d.join("tmp"));
+            tmp.retain(|e| !fresh_tmp_entries(&fx).contains(e));
+            assert_eq!(home.len(), 1, "{}: {home:?}", d.display());
+            assert_eq!(home, tmp, "{}", d.display());
+            home[0].clone()
+        })
+        .collect();
+    std::fs::write(&go, "").unwrap();
     let outs: Vec<_> = children
         .into_iter()
         .map(|c| common::finish(c, started))
         .collect();
+    assert!(all_there, "the runs never met: {outs:?}");
+    seen.sort();
+    let mut expected: Vec<String> = (0..N).map(|i| format!("mine-{i}")).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "one scratch dir per run");
     let mut inodes = std::collections::HashSet::new();
     let mut names = std::collections::HashSet::new();
     for (i, out) in outs.iter().enumerate() {
@@ -569,8 +754,12 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
             out.stdout.contains(&format!("home-list={mine}\n")),
             "run {i}: {out}"
         );
+        let mut tmp = fresh_tmp_entries(&fx);
+        tmp.push(format!("mine-{i}"));
+        tmp.sort();
+        let tmp: String = tmp.iter().map(|e| format!("{e} ")).collect();
         assert!(
-            out.stdout.contains(&format!("tmp-list={mine}\n")),
+            out.stdout.contains(&format!("tmp-list={tmp}\n")),
             "run {i}: {out}"
         );
         let ino = out.stdout.lines().find(|l| l.starts_with("ino=")).unwrap();
@@ -578,9 +767,12 @@ fn concurrent_runs_get_distinct_scratch_dirs() {
         let name = out.stdout.lines().find(|l| l.starts_with("home=")).unwrap();
         names.insert(name.to_string());
     }
-    // Without the view the paths differ too; with it, every run sees the same path.
-    if common::mode_flags().contains(&"--no-view") {
-        assert_eq!(names.len(), N);
+    // Without the view the paths differ too; with it, every run sees the same path
+    // (with a different directory bound there, checked above).
+    if view_mode() {
+        assert_eq!(names.len(), 1, "{names:?}");
+    } else {
+        assert_eq!(names.len(), N, "{names:?}");
     }
     assert_eq!(fx.scratch_leftovers(), Vec::<String>::new(), "left behind");
 }
@@ -783,17 +975,23 @@ fn accepted(l: &TcpListener) -> bool {
     }
 }
 
+/// What a connect to a host loopback port answers under `--net none`.
+fn net_none_errno() -> &'static str {
+    if view_mode() {
+        "ECONNREFUSED"
+    } else {
+        "EPERM"
+    }
+}
+
 #[test]
 fn default_profile_cannot_reach_a_host_loopback_server() {
     let fx = Fixture::new("net-none");
     let (server, port) = loopback_server();
     let result = fx.probe(&[], &[("connect", &port.to_string())]);
-    // No view: seccomp refuses the inet socket (EPERM) or Landlock the connect (EACCES);
-    // with the view's network namespace nothing listens there (ECONNREFUSED).
-    assert!(
-        ["EPERM", "EACCES", "ECONNREFUSED"].contains(&result[0].as_str()),
-        "{result:?}"
-    );
+    // No view: seccomp refuses the inet socket (EPERM); with the view's network
+    // namespace nothing listens there (ECONNREFUSED).
+    assert_eq!(result, [net_none_errno()]);
     assert!(!accepted(&server), "the server saw a connection");
 }
 
@@ -819,7 +1017,7 @@ fn net_none_flag_cannot_reach_a_host_loopback_server() {
         &["-p", s(&policy), "--net", "none"],
         &[("connect", &port.to_string())],
     );
-    assert_ne!(result[0], "OK");
+    assert_eq!(result, [net_none_errno()]);
     assert!(!accepted(&server), "the server saw a connection");
     let result = fx.probe(&["-p", s(&policy)], &[("connect", &port.to_string())]);
     assert_eq!(result, ["OK"]);
@@ -1012,6 +1210,12 @@ fn explain_check_gates_on_degraded_rules() {
     ]);
     let out = run(&mut cmd);
     assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stdout.contains(s(&secrets)), "names the rule: {out}");
+    // With the view (the default) the same rule is enforced: nothing is degraded.
+    let mut cmd = fx.bare();
+    cmd.args(["explain", "--check", "--deny", s(&secrets), "--", "true"]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, Some(0), "{out}");
     let policy = fx.policy("p.toml", "[fs]\nrx = [\"/usr\"]\n");
     let mut cmd = fx.bare();
     cmd.args([
@@ -1189,9 +1393,17 @@ fn the_command_dies_with_cordon() {
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(20), || ready.exists()));
-    let tree = descendants(child.id());
-    assert!(!tree.is_empty(), "no command under cordon");
-    assert!(tree.iter().all(|p| alive(*p)));
+    // Once `touch` is reaped and `sh` has become `sleep`: every process under cordon
+    // (with the view, its init too) runs, and `sleep` is among them.
+    let mut tree = Vec::new();
+    let settled = wait_until(Duration::from_secs(10), || {
+        tree = descendants(child.id());
+        tree.iter().all(|p| alive(*p))
+            && tree.iter().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
+    });
+    assert!(settled, "no running `sleep` under cordon: {tree:?}");
     child.kill().unwrap(); // SIGKILL: cordon gets no chance to clean up
     child.wait().unwrap();
     let gone = wait_until(Duration::from_secs(10), || tree.iter().all(|p| !alive(*p)));
@@ -1305,11 +1517,9 @@ fn the_command_cannot_signal_processes_outside_the_sandbox() {
     let still_running = victim.try_wait().unwrap().is_none();
     let _ = victim.kill();
     let _ = victim.wait();
-    // Landlock scoping (no view), or a PID namespace where the pid is absent (view).
-    assert!(
-        ["EPERM", "ESRCH"].contains(&result[0].as_str()),
-        "{result:?}"
-    );
+    // The view's PID namespace has no such pid; without it Landlock scoping refuses.
+    let expected = if view_mode() { "ESRCH" } else { "EPERM" };
+    assert_eq!(result, [expected]);
     assert!(
         still_running,
         "the sandboxed command killed the test's process"
@@ -1351,18 +1561,15 @@ fn unix_sockets_outside_the_sandbox_are_unreachable() {
             ("socketpair", "-"),
         ],
     );
-    // No view: seccomp refuses new unix sockets (EPERM), Landlock the abstract one
-    // (EPERM); with the view the path does not exist and the abstract namespace is the
-    // sandbox's own network namespace.
-    assert!(
-        ["EPERM", "EACCES", "ENOENT"].contains(&result[0].as_str()),
-        "{result:?}"
-    );
-    assert!(
-        ["EPERM", "ECONNREFUSED"].contains(&result[1].as_str()),
-        "{result:?}"
-    );
-    assert_eq!(result[2], "OK", "socketpair must keep working");
+    // No view: seccomp refuses new unix sockets (EPERM) for both; with the view the path
+    // does not exist and the abstract namespace is the sandbox's own network namespace,
+    // where nothing listens.
+    let expected = if view_mode() {
+        ["ENOENT", "ECONNREFUSED", "OK"]
+    } else {
+        ["EPERM", "EPERM", "OK"]
+    };
+    assert_eq!(result, expected, "socketpair must keep working");
     let no_conn =
         |l: &UnixListener| matches!(l.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock);
     assert!(no_conn(&server), "the path socket saw a connection");
@@ -1512,7 +1719,7 @@ fn relative_paths_resolve_against_cwd_on_the_command_line_and_the_file_elsewhere
     // neither: the real outside stays closed.
     assert_eq!(
         fx.probe(&["-p", s(&policy)], &[("read", s(&file))]),
-        ["EACCES"]
+        [ungranted_errno()]
     );
 }
 
@@ -1544,13 +1751,21 @@ fn processes_with(token: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Run `script` (which starts a background `python3 … TOKEN` sleeper) and return the
-/// sleepers still running 10 s after cordon exited; they are killed before returning.
-/// They are the test's own processes, found by a token unique to this test run.
-fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> {
+/// Run a command that starts a background `python3 … TOKEN` sleeper, waits until it
+/// runs, then does `tail` (where `GO` names a file the test creates once it has seen the
+/// sleeper running from the host). Returns the sleepers still running 10 s after cordon
+/// exited; they are killed before returning. They are the test's own processes, found by
+/// a token unique to this test run.
+fn survivors(fx: &Fixture, flags: &[&str], tail: &str, code: i32) -> Vec<u32> {
     let token = format!("cordon-test-survivor-{}", fx.root().display());
-    let sleeper = format!("python3 -c 'import time; time.sleep(60)' {token}");
-    let script = script.replace("SLEEPER", &sleeper);
+    let ready = fx.cwd.join("sleeper-ready");
+    let go = fx.cwd.join("go");
+    let script = format!(
+        "python3 -c 'import sys, time; open(sys.argv[1], \"w\").close(); time.sleep(60)' {r} {token} & \
+         while [ ! -e {r} ]; do sleep 0.05; done; {tail}",
+        r = s(&ready),
+        tail = tail.replace("GO", s(&go))
+    );
     // No pipes: a survivor would hold them open.
     let mut child = fx
         .cordon()
@@ -1560,11 +1775,16 @@ fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The other side: while the run lasts, the sleeper runs and is visible from the host.
+    let running = wait_until(Duration::from_secs(20), || {
+        ready.exists() && !processes_with(&token).is_empty()
+    });
+    std::fs::write(&go, "").unwrap();
     let exited = wait_until(common::DEADLINE, || child.try_wait().unwrap().is_some());
     if !exited {
         let _ = child.kill();
     }
-    assert_eq!(child.wait().unwrap().code(), Some(code));
+    let status = child.wait().unwrap();
     wait_until(Duration::from_secs(10), || {
         processes_with(&token).is_empty()
     });
@@ -1575,22 +1795,41 @@ fn survivors(fx: &Fixture, flags: &[&str], script: &str, code: i32) -> Vec<u32> 
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+    assert!(running, "the sleeper never ran");
+    assert_eq!(status.code(), Some(code));
     left
 }
 
 #[test]
-#[ignore = "bug: without the view, descendants of the command survive --timeout (supervise.rs signals only the direct child)"]
 fn timeout_ends_the_whole_tree() {
+    if !view_mode() {
+        eprintln!(
+            "SKIPPED timeout_ends_the_whole_tree without the view: known bug, descendants of \
+             the command survive --timeout (supervise.rs signals only the direct child)"
+        );
+        return;
+    }
     let fx = Fixture::new("timeout-tree");
-    let left = survivors(&fx, &["--timeout", "1s"], "SLEEPER & sleep 30", 124);
+    let left = survivors(&fx, &["--timeout", "2s"], "sleep 30", 124);
     assert!(left.is_empty(), "still running after the timeout: {left:?}");
 }
 
 #[test]
-#[ignore = "bug: without the view, background processes of the command outlive the run (nothing ends the tree at exit)"]
 fn no_process_outlives_the_run() {
+    if !view_mode() {
+        eprintln!(
+            "SKIPPED no_process_outlives_the_run without the view: known bug, background \
+             processes of the command outlive the run (nothing ends the tree at exit)"
+        );
+        return;
+    }
     let fx = Fixture::new("exit-tree");
-    let left = survivors(&fx, &[], "SLEEPER & sleep 0.5; exit 0", 0);
+    let left = survivors(
+        &fx,
+        &[],
+        "i=0; while [ ! -e GO ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
+        0,
+    );
     assert!(
         left.is_empty(),
         "still running after cordon exited: {left:?}"

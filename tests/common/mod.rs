@@ -15,12 +15,60 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The enforcement flags every run and `explain` gets. For now Landlock-only
-/// (`--no-view`, `--best-effort` for the rules only the view enforces); the suite is
-/// being taught the view's answers (ENOENT where Landlock says EACCES), after which
-/// the default becomes the view and `CORDON_TEST_NO_VIEW=1` selects this mode.
+/// Whether this run of the suite uses the mount-namespace view (cordon's default mode).
+/// `CORDON_TEST_NO_VIEW` (any value) selects the Landlock-only mode instead.
+pub fn view_mode() -> bool {
+    std::env::var_os("CORDON_TEST_NO_VIEW").is_none()
+}
+
+/// The enforcement flags every run and `explain` gets: none in the view mode (the
+/// view, strict: cordon's default), `--no-view --best-effort` in the Landlock-only mode
+/// (best-effort for the narrower rules only the view enforces, such as the default
+/// profile's hidden dirs inside HOME).
 pub fn mode_flags() -> &'static [&'static str] {
-    &["--no-view", "--best-effort"]
+    if view_mode() {
+        &[]
+    } else {
+        &["--no-view", "--best-effort"]
+    }
+}
+
+/// What a path no rule grants answers, as an errno name: it does not exist in the view
+/// (`ENOENT`), Landlock refuses it without (`EACCES`).
+pub fn ungranted_errno() -> &'static str {
+    if view_mode() {
+        "ENOENT"
+    } else {
+        "EACCES"
+    }
+}
+
+/// The same as the message of `strerror`, as tools print it.
+pub fn ungranted_msg() -> &'static str {
+    if view_mode() {
+        "No such file or directory"
+    } else {
+        "Permission denied"
+    }
+}
+
+/// What a write beneath a read-only grant answers: the view binds it read-only
+/// (`EROFS`), Landlock refuses it without (`EACCES`).
+pub fn readonly_errno() -> &'static str {
+    if view_mode() {
+        "EROFS"
+    } else {
+        "EACCES"
+    }
+}
+
+/// The same as the message of `strerror`.
+pub fn readonly_msg() -> &'static str {
+    if view_mode() {
+        "Read-only file system"
+    } else {
+        "Permission denied"
+    }
 }
 
 /// The binary under test.

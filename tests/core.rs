@@ -1802,13 +1802,6 @@ fn survivors(fx: &Fixture, flags: &[&str], tail: &str, code: i32) -> Vec<u32> {
 
 #[test]
 fn timeout_ends_the_whole_tree() {
-    if !view_mode() {
-        eprintln!(
-            "SKIPPED timeout_ends_the_whole_tree without the view: known bug, descendants of \
-             the command survive --timeout (supervise.rs signals only the direct child)"
-        );
-        return;
-    }
     let fx = Fixture::new("timeout-tree");
     let left = survivors(&fx, &["--timeout", "2s"], "sleep 30", 124);
     assert!(left.is_empty(), "still running after the timeout: {left:?}");
@@ -1816,13 +1809,6 @@ fn timeout_ends_the_whole_tree() {
 
 #[test]
 fn no_process_outlives_the_run() {
-    if !view_mode() {
-        eprintln!(
-            "SKIPPED no_process_outlives_the_run without the view: known bug, background \
-             processes of the command outlive the run (nothing ends the tree at exit)"
-        );
-        return;
-    }
     let fx = Fixture::new("exit-tree");
     let left = survivors(
         &fx,

@@ -575,8 +575,7 @@ fn timeout_ends_a_command_that_ignores_term_with_124_within_the_grace() {
     for mode in MODES {
         let mark = marker_duration(0);
         let started = Instant::now();
-        // The sleep's output goes elsewhere: without the view it outlives the shell
-        // (see below) and would hold the test's pipe open.
+        // The sleep's output goes elsewhere, so it cannot hold the test's pipe open.
         let out = run(cordon(&fx, mode).args([
             "--timeout",
             "1s",
@@ -592,26 +591,15 @@ fn timeout_ends_a_command_that_ignores_term_with_124_within_the_grace() {
         // loaded machine.
         assert!(took >= Duration::from_millis(900), "{mode:?}: {took:?}");
         assert!(took < Duration::from_secs(9), "{mode:?}: {took:?}");
-        let left = processes_running(&["sleep", &mark]);
-        if is_view(mode) {
-            // The PID namespace dies with init: nothing of the command survives.
-            assert!(
-                wait_until(Duration::from_secs(5), || processes_running(&[
-                    "sleep", &mark
-                ])
-                .is_empty()),
-                "{mode:?}: the sleep survived the timeout"
-            );
-        } else {
-            // Documented limit (README, "Security model and its limits"): without the
-            // view only the command itself is killed; its children are re-parented.
-            for pid in left {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
+        // With the view the PID namespace dies with init; without it cordon, as the
+        // children's subreaper, kills what the command left. Nothing survives.
+        assert!(
+            wait_until(Duration::from_secs(5), || processes_running(&[
+                "sleep", &mark
+            ])
+            .is_empty()),
+            "{mode:?}: the sleep survived the timeout"
+        );
     }
 }
 
@@ -659,7 +647,8 @@ fn sigkill_to_cordon_ends_the_command_and_in_the_view_its_whole_tree() {
                 "{mode:?}: a double-forked child outlived cordon"
             );
         } else {
-            // Documented limit without the view (README): nothing holds the tree.
+            // Documented limit without the view (README): with cordon itself killed,
+            // nothing is left to end what the command detached into its own session.
             for pid in processes_running(&["sleep", &daemon_mark]) {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),

@@ -84,11 +84,11 @@ _cordon() {
             fi
             case "${prev}" in
                 --profile)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 -p)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --ro)
@@ -166,11 +166,11 @@ _cordon() {
             fi
             case "${prev}" in
                 --profile)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 -p)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --ro)
@@ -429,7 +429,7 @@ _cordon() {
             return 0
             ;;
         cordon__subcmd__profiles__subcmd__list)
-            opts="-h --help"
+            opts="-h --names --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -464,11 +464,11 @@ _cordon() {
             fi
             case "${prev}" in
                 --profile)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 -p)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(cordon profiles list --names 2>/dev/null)" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --ro)

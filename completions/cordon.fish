@@ -107,6 +107,7 @@ complete -c cordon -n "__fish_cordon_using_subcommand profiles; and not __fish_s
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List the built-in and installed profiles with a one-line description'
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Print a profile\'s TOML as shipped'
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c cordon -n "__fish_cordon_using_subcommand profiles; and __fish_seen_subcommand_from list" -l names -d 'Print only the names, one per line (for shell completion)'
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and __fish_seen_subcommand_from show" -l resolved -d 'Print the merged policy after `extends` instead of the file as written'
 complete -c cordon -n "__fish_cordon_using_subcommand profiles; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
@@ -120,3 +121,4 @@ complete -c cordon -n "__fish_cordon_using_subcommand help; and not __fish_seen_
 complete -c cordon -n "__fish_cordon_using_subcommand help; and not __fish_seen_subcommand_from run explain probe profiles help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c cordon -n "__fish_cordon_using_subcommand help; and __fish_seen_subcommand_from profiles" -f -a "list" -d 'List the built-in and installed profiles with a one-line description'
 complete -c cordon -n "__fish_cordon_using_subcommand help; and __fish_seen_subcommand_from profiles" -f -a "show" -d 'Print a profile\'s TOML as shipped'
+complete -c cordon -s p -l profile -f -a '(cordon profiles list --names 2>/dev/null)' -d 'profile'

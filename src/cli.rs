@@ -163,7 +163,11 @@ pub struct ProfilesArgs {
 #[derive(Debug, Subcommand, Clone)]
 pub enum ProfilesAction {
     /// List the built-in and installed profiles with a one-line description
-    List,
+    List {
+        /// Print only the names, one per line (for shell completion)
+        #[arg(long)]
+        names: bool,
+    },
     /// Print a profile's TOML as shipped
     Show {
         /// Profile name or path

@@ -67,7 +67,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Some(Command::Profiles(args)) => profiles(args.action.unwrap_or(ProfilesAction::List)),
+        Some(Command::Profiles(args)) => {
+            profiles(args.action.unwrap_or(ProfilesAction::List { names: false }))
+        }
     }
 }
 
@@ -190,34 +192,41 @@ fn profiles(action: ProfilesAction) -> anyhow::Result<i32> {
     let facts = facts::gather()?;
     let ctx = context(&facts);
     match action {
-        ProfilesAction::List => {
-            for (name, text) in builtin::PROFILES {
-                emit(&format!(
-                    "{name:<10} {}  (built-in)\n",
-                    policy::describe(text)
-                ));
-            }
+        ProfilesAction::List { names } => {
+            let mut found: Vec<(String, String, String)> = builtin::PROFILES
+                .iter()
+                .map(|(name, text)| {
+                    (
+                        name.to_string(),
+                        policy::describe(text),
+                        "built-in".to_string(),
+                    )
+                })
+                .collect();
             for dir in policy::profile_dirs(&ctx) {
                 let Ok(entries) = std::fs::read_dir(&dir) else {
                     continue;
                 };
-                let mut names: Vec<_> = entries
+                let mut paths: Vec<_> = entries
                     .flatten()
                     .map(|e| e.path())
                     .filter(|p| p.extension().is_some_and(|x| x == "toml"))
                     .collect();
-                names.sort();
-                for p in names {
+                paths.sort();
+                for p in paths {
                     let text = std::fs::read_to_string(&p).unwrap_or_default();
                     let name = p
                         .file_stem()
                         .map(|s| s.to_string_lossy().into_owned())
                         .unwrap_or_default();
-                    emit(&format!(
-                        "{name:<10} {}  ({})\n",
-                        policy::describe(&text),
-                        p.display()
-                    ));
+                    found.push((name, policy::describe(&text), p.display().to_string()));
+                }
+            }
+            for (name, description, from) in found {
+                if names {
+                    emit(&format!("{name}\n"));
+                } else {
+                    emit(&format!("{name:<10} {description}  ({from})\n"));
                 }
             }
             Ok(0)

@@ -26,10 +26,29 @@ fn man_page() -> Vec<u8> {
 }
 
 fn completion(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap_complete::Shell;
     let mut cmd = cordon::cli::command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, "cordon", &mut out);
-    out
+    let text = String::from_utf8(out).unwrap();
+    // clap's generators complete `-p NAME|PATH` as a file only; profile names come from
+    // `cordon profiles list --names` (built-in and installed), files still complete.
+    let text = match shell {
+        Shell::Bash => text.replace(
+            "                --profile)\n                    COMPREPLY=($(compgen -f \"${cur}\"))",
+            "                --profile)\n                    COMPREPLY=($(compgen -W \"$(cordon profiles list --names 2>/dev/null)\" -- \"${cur}\") $(compgen -f -- \"${cur}\"))",
+        )
+        .replace(
+            "                -p)\n                    COMPREPLY=($(compgen -f \"${cur}\"))",
+            "                -p)\n                    COMPREPLY=($(compgen -W \"$(cordon profiles list --names 2>/dev/null)\" -- \"${cur}\") $(compgen -f -- \"${cur}\"))",
+        ),
+        Shell::Zsh => text.replace(":NAME|PATH:_default", ":NAME|PATH:_cordon_profiles")
+            + "\n(( $+functions[_cordon_profiles] )) ||\n_cordon_profiles() {\n    _alternative 'profiles:profile:($(cordon profiles list --names 2>/dev/null))' 'files:file:_files'\n}\n",
+        Shell::Fish => text
+            + "complete -c cordon -s p -l profile -f -a '(cordon profiles list --names 2>/dev/null)' -d 'profile'\n",
+        _ => text,
+    };
+    text.into_bytes()
 }
 
 fn check(path: &Path, expected: Vec<u8>) {
@@ -62,6 +81,18 @@ fn completions_are_current() {
         &root().join("completions/cordon.fish"),
         completion(Shell::Fish),
     );
+}
+
+#[test]
+fn completions_offer_profile_names() {
+    use clap_complete::Shell;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        let text = String::from_utf8(completion(shell)).unwrap();
+        assert!(
+            text.contains("cordon profiles list --names"),
+            "{shell:?} completion does not offer profile names"
+        );
+    }
 }
 
 #[test]

@@ -206,7 +206,15 @@ pub struct Plan {
     pub env_names: Vec<String>,
     pub cwd: PathBuf,
     pub identity: Option<(u32, u32)>,
+    #[serde(
+        rename = "timeout_ms",
+        serialize_with = "crate::units::serialize_millis_opt"
+    )]
     pub timeout: Option<Duration>,
+    #[serde(
+        rename = "kill_grace_ms",
+        serialize_with = "crate::units::serialize_millis"
+    )]
     pub kill_grace: Duration,
     pub max_output: Option<u64>,
     pub limits: Vec<(String, u64)>,

@@ -7,6 +7,23 @@
 
 use std::time::Duration;
 
+/// Durations in JSON output (`explain --json`, `profiles show --resolved`) are whole
+/// milliseconds under keys ending in `_ms`: stable and easy to read from any language.
+pub fn serialize_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+/// [`serialize_millis`] for an optional duration (`null` when unset).
+pub fn serialize_millis_opt<S: serde::Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => serialize_millis(d, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// Parse a byte size: a non-negative integer, optionally followed by one unit.
 ///
 /// Exists so that `[process] limits` and similar keys can be written as

@@ -217,7 +217,15 @@ pub struct Policy {
     pub net_log: Option<PathBuf>,
     pub user: Option<String>,
     pub group: Option<String>,
+    #[serde(
+        rename = "timeout_ms",
+        serialize_with = "crate::units::serialize_millis_opt"
+    )]
     pub timeout: Option<Duration>,
+    #[serde(
+        rename = "kill_grace_ms",
+        serialize_with = "crate::units::serialize_millis"
+    )]
     pub kill_grace: Duration,
     pub max_output: Option<u64>,
     pub limits: Vec<Limit>,

@@ -63,21 +63,33 @@ declare -A MED FAIL NRUNS
 # SHELL is "none" (hyperfine -N, CMD split like a shell would) or "sh" (CMD run by sh -c,
 # hyperfine subtracting the shell's start-up).
 bench() {
-    local name=$1 n=$2 shell=$3 cmd=$4 t0 t1 trial_ms runs warmup json
+    local name=$1 n=$2 shell=$3 cmd=$4 t0 t1 trial_ms runs warmup json ok=1
     t0=$(date +%s%N)
     if [ "$shell" = none ]; then
-        try_run "$name/$n" timeout "$TRIAL_TIMEOUT" bash -c "exec $cmd" || { FAIL[$name/$n]=$TRY_REASON; return 0; }
+        try_run "$name/$n" timeout "$TRIAL_TIMEOUT" bash -c "exec $cmd" || ok=0
     else
-        try_run "$name/$n" timeout "$TRIAL_TIMEOUT" sh -c "$cmd" || { FAIL[$name/$n]=$TRY_REASON; return 0; }
+        try_run "$name/$n" timeout "$TRIAL_TIMEOUT" sh -c "$cmd" || ok=0
     fi
     t1=$(date +%s%N)
     trial_ms=$(((t1 - t0) / 1000000))
+    if ((!ok)); then
+        case $TRY_REASON in
+            "exit 124: "*) FAIL[$name/$n]="did not finish within TRIAL_TIMEOUT=${TRIAL_TIMEOUT} s (killed)" ;;
+            *) FAIL[$name/$n]="$TRY_REASON (after ${trial_ms} ms)" ;;
+        esac
+        return 0
+    fi
     runs=$RUNS warmup=$WARMUP
     if ((trial_ms > 0 && BUDGET_S * 1000 / trial_ms < RUNS)); then
         runs=$((BUDGET_S * 1000 / trial_ms))
-        ((runs < 1)) && runs=1
         warmup=0
-        log "$name/$n: one run took ${trial_ms} ms: only $runs run(s) fit in the ${BUDGET_S} s budget"
+        if ((runs < 2)); then
+            # Too slow to repeat: the trial run is the measurement.
+            log "$name/$n: one run took ${trial_ms} ms: that run is the measurement"
+            MED[$name/$n]=$trial_ms NRUNS[$name/$n]=1
+            return 0
+        fi
+        log "$name/$n: one run took ${trial_ms} ms: only $runs runs fit in the ${BUDGET_S} s budget"
     fi
     json="$OUT_DIR/rules-$n-$name.json"
     hyperfine --shell "$shell" --style basic --runs "$runs" --warmup "$warmup" \
@@ -120,7 +132,11 @@ for n in $COUNTS; do
             row+=("failed")
         else
             cell=${MED[$v/$n]}
-            ((NRUNS[$v/$n] < RUNS)) && cell="$cell (${NRUNS[$v/$n]} run$( ((NRUNS[$v/$n] > 1)) && echo s))"
+            if ((NRUNS[$v/$n] == 1)); then
+                cell="$cell (1 run)"
+            elif ((NRUNS[$v/$n] < RUNS)); then
+                cell="$cell (${NRUNS[$v/$n]} runs)"
+            fi
             row+=("$cell")
         fi
     done

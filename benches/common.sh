@@ -4,7 +4,8 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$BENCH_DIR/.." && pwd)
-CORDON="$REPO_ROOT/target/release/cordon"
+# CORDON=/path/to/cordon benches another build (the release build is still made).
+CORDON=${CORDON:-"$REPO_ROOT/target/release/cordon"}
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -43,6 +44,9 @@ hf_medians() {
         (.times | length)] | @tsv' "$1"
 }
 
+# last_line [FILE] — the last non-empty line of FILE (or stdin); never fails.
+last_line() { awk 'NF { l = $0 } END { print l }' "$@" 2>/dev/null || true; }
+
 # try_run LABEL CMD... — run once, quietly; on failure print why and return non-zero.
 # Sets TRY_REASON to the last line cordon (or the peer) printed on stderr.
 TRY_REASON=""
@@ -51,7 +55,7 @@ try_run() {
     shift
     err=$("$@" 2>&1 >/dev/null) || rc=$?
     if ((rc != 0)); then
-        TRY_REASON="exit $rc: $(printf '%s\n' "$err" | grep -v '^$' | tail -n 1)"
+        TRY_REASON="exit $rc: $(printf '%s\n' "$err" | last_line)"
         log "$label: FAILED ($TRY_REASON)"
         return 1
     fi

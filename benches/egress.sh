@@ -65,17 +65,20 @@ CURL=(curl -s -S --max-time "$MAX_S" -o /dev/null -w '%{speed_download}')
 # Returns CMD's exit status.
 RSS_SAMPLES=()
 run_sampled() {
-    local out=$1 err=$2 pid v i rc=0
+    local out=$1 err=$2 pid v i rc=0 exe want
     shift 2
+    want=$(readlink -f "$(command -v "$1")")
     "$@" >"$out" 2>"$err" &
     pid=$!
     BG_PIDS+=("$pid")
     RSS_SAMPLES=()
     for ((i = 0; i < MAX_S * 10 + 50; i++)); do
+        # zombies have no VmRSS line: the loop ends with the process
         v=$(vm_kib "$pid" VmRSS)
         [ -n "$v" ] || break
-        # zombies have no VmRSS line; only a live cordon counts
-        RSS_SAMPLES+=("$v")
+        # only once the forked shell has become the program (not before its exec)
+        exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+        [ "$exe" = "$want" ] && RSS_SAMPLES+=("$v")
         sleep 0.1
     done
     kill "$pid" 2>/dev/null || true
@@ -148,7 +151,7 @@ concurrent noview "$CORDON" --no-view --best-effort -q "${EGRESS[@]}" --
 # --- report -------------------------------------------------------------------------------
 echo
 echo "cordon egress benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD), $(curl --version | head -n 1 | cut -d' ' -f1-2), $(python3 --version) http.server on 127.0.0.1"
+echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD) (binary ${CORDON#"$REPO_ROOT"/}), $(curl --version | head -n 1 | cut -d' ' -f1-2), $(python3 --version) http.server on 127.0.0.1"
 echo "${SIZE_MB} MiB download, median of $REPS; target: proxied throughput >= 0.9 x direct"
 echo
 printf '%-44s %12s %10s  %s\n' "variant" "MiB/s" "x direct" "target"

@@ -117,7 +117,7 @@ fmt_rss() { case $1 in failed*) echo "$1" ;; *) awk -v k="$1" 'BEGIN { printf "%
 
 echo
 echo "cordon launch benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD), $(bwrap --version), $(firejail --version | head -n 1), $(hyperfine --version)"
+echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD) (binary ${CORDON#"$REPO_ROOT"/}), $(bwrap --version), $(firejail --version | head -n 1), $(hyperfine --version)"
 echo "median of $RUNS runs each (after $WARMUP warm-up runs), hyperfine -N; raw data: ${JSON#"$REPO_ROOT"/}"
 echo
 printf '%-48s %12s %10s %10s %10s\n' "variant" "median ms" "x bare" "min ms" "max ms"

@@ -120,7 +120,7 @@ done
 
 echo
 echo "cordon rules benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD), $(bwrap --version), $(hyperfine --version)"
+echo "cordon $(git -C "$REPO_ROOT" rev-parse --short HEAD) (binary ${CORDON#"$REPO_ROOT"/}), $(bwrap --version), $(hyperfine --version)"
 echo "median launch time of '/bin/true' in ms, $RUNS runs each (after $WARMUP warm-up runs) unless"
 echo "a run count is shown (slow variants get fewer, within ${BUDGET_S} s); raw data: target/bench/rules-*.json"
 echo

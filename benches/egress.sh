@@ -88,40 +88,47 @@ run_sampled() {
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-declare -A SPEED FAIL RSS
-# transfer NAME CMD... — REPS downloads of the big file; SPEED[NAME] = median bytes/s.
-transfer() {
-    local name=$1 r rc speeds=() rss_all=()
+declare -A SPEED FAIL RSS SPEEDS RSSALL
+# transfer_once NAME CMD... — one download of the big file; appends to SPEEDS[NAME] (bytes/s)
+# and RSSALL[NAME] (KiB), or sets FAIL[NAME].
+transfer_once() {
+    local name=$1 rc=0 s
     shift
-    for ((r = 1; r <= REPS; r++)); do
-        rc=0
-        run_sampled "$TMP/out" "$TMP/err" "$@" || rc=$?
-        local s
-        s=$(tr -d '[:space:]' <"$TMP/out")
-        if ((rc != 0)) || [ -z "$s" ] || ! fcmp "$s" '>' 0; then
-            FAIL[$name]="exit $rc: $(last_line "$TMP/err")"
-            log "$name: FAILED (${FAIL[$name]})"
-            return 0
-        fi
-        speeds+=("$s")
-        [[ $name == direct ]] || rss_all+=("${RSS_SAMPLES[@]}")
-        log "$name: run $r: $(awk -v s="$s" 'BEGIN { printf "%.0f MiB/s", s / 1048576 }')"
-    done
-    SPEED[$name]=$(median "${speeds[@]}")
-    if ((${#rss_all[@]})); then
-        RSS[$name]="$(printf '%s\n' "${rss_all[@]}" | sort -n | awk '{ a[NR] = $1 } END { printf "%d samples, min %.2f / median %.2f / max %.2f MiB", NR, a[1] / 1024, a[int((NR + 1) / 2)] / 1024, a[NR] / 1024 }')"
+    [ -n "${FAIL[$name]:-}" ] && return 0
+    run_sampled "$TMP/out" "$TMP/err" "$@" || rc=$?
+    s=$(tr -d '[:space:]' <"$TMP/out")
+    if ((rc != 0)) || [ -z "$s" ] || ! fcmp "$s" '>' 0; then
+        FAIL[$name]="exit $rc: $(last_line "$TMP/err")"
+        log "$name: FAILED (${FAIL[$name]})"
+        return 0
     fi
+    SPEEDS[$name]+="$s "
+    [[ $name == direct ]] || RSSALL[$name]+="${RSS_SAMPLES[*]} "
+    log "$name: $(awk -v s="$s" 'BEGIN { printf "%.0f MiB/s", s / 1048576 }')"
 }
 
+# REPS rounds, each round every variant once, so that a change in the machine's load
+# between rounds hits every variant alike.
 URL="http://$HOST:$PORT/file"
-log "direct"
-transfer direct "${CURL[@]}" "http://127.0.0.1:$PORT/file"
-for v in view noview; do
-    if [ $v = view ]; then CO=("$CORDON" "${EGRESS[@]}" --); else CO=("$CORDON" --no-view --best-effort -q "${EGRESS[@]}" --); fi
-    log "$v: plain proxying"
-    transfer "$v-plain" "${CO[@]}" "${CURL[@]}" "$URL"
-    log "$v: CONNECT tunnelling"
-    transfer "$v-connect" "${CO[@]}" "${CURL[@]}" -p "$URL"
+CO_VIEW=("$CORDON" "${EGRESS[@]}" --)
+CO_NOVIEW=("$CORDON" --no-view --best-effort -q "${EGRESS[@]}" --)
+for ((r = 1; r <= REPS; r++)); do
+    log "round $r of $REPS"
+    transfer_once direct "${CURL[@]}" "http://127.0.0.1:$PORT/file"
+    transfer_once view-plain "${CO_VIEW[@]}" "${CURL[@]}" "$URL"
+    transfer_once view-connect "${CO_VIEW[@]}" "${CURL[@]}" -p "$URL"
+    transfer_once noview-plain "${CO_NOVIEW[@]}" "${CURL[@]}" "$URL"
+    transfer_once noview-connect "${CO_NOVIEW[@]}" "${CURL[@]}" -p "$URL"
+done
+for name in "${!SPEEDS[@]}"; do
+    [ -n "${FAIL[$name]:-}" ] && continue
+    # shellcheck disable=SC2086  # a list of numbers
+    SPEED[$name]=$(median ${SPEEDS[$name]})
+done
+for name in "${!RSSALL[@]}"; do
+    [ -n "${FAIL[$name]:-}" ] && continue
+    # shellcheck disable=SC2086
+    RSS[$name]="$(printf '%s\n' ${RSSALL[$name]} | sort -n | awk 'NF { a[++n] = $1 } END { if (n) printf "%d samples, min %.2f / median %.2f / max %.2f MiB", n, a[1] / 1024, a[int((n + 1) / 2)] / 1024, a[n] / 1024; else print "no sample (transfers shorter than 0.1 s)" }')"
 done
 
 # --- concurrency --------------------------------------------------------------------------

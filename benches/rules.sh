@@ -94,7 +94,7 @@ bench() {
     json="$OUT_DIR/rules-$n-$name.json"
     hyperfine --shell "$shell" --style basic --runs "$runs" --warmup "$warmup" \
         --export-json "$json" -n "$name" "$cmd" >&2
-    while IFS=$'\t' read -r _ med _ _ cnt; do MED[$name/$n]=$med NRUNS[$name/$n]=$cnt; done < <(hf_medians "$json")
+    while IFS=$'\t' read -r _ med _ _ cnt; do MED[$name/$n]=$(printf '%.3f' "$med") NRUNS[$name/$n]=$cnt; done < <(hf_medians "$json")
 }
 
 for n in $COUNTS; do

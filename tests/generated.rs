@@ -119,3 +119,30 @@ fn man_page_has_the_sections_users_look_for() {
         );
     }
 }
+
+#[test]
+fn man_page_renders_with_man() {
+    let page = root().join("man/cordon.1");
+    let out = match std::process::Command::new("man")
+        .arg("-l")
+        .arg(&page)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: `man` is not installed here ({e})");
+            return;
+        }
+    };
+    assert!(out.status.success(), "man -l failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for section in ["NAME", "SYNOPSIS", "EXIT STATUS", "SECURITY", "SEE ALSO"] {
+        assert!(text.contains(section), "rendered page lacks {section}");
+    }
+    assert!(
+        text.contains("--no-view"),
+        "rendered page lacks the options"
+    );
+}

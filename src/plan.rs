@@ -256,7 +256,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
     classify(&mut rules, &parents, view, &no_view_reason, &mut degraded);
     if let Some(outer) = &facts.outer {
         // The most specific outer path decides; a later entry for the same path wins.
-        let granted_at: HashMap<&[u8], Access> = outer
+        let granted_at: FastMap<&[u8], Access> = outer
             .iter()
             .map(|(p, a)| (p.as_os_str().as_bytes(), *a))
             .collect();
@@ -427,11 +427,12 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
         });
     }
     // Two rules that resolve to the same place: the later one decides, in its own place.
-    let mut last: HashMap<&Path, usize> = HashMap::with_capacity(out.len());
+    let mut last: FastMap<&[u8], usize> = FastMap::default();
+    last.reserve(out.len());
     let mut resolved = 0;
     for (i, r) in out.iter().enumerate() {
         if let Some(p) = &r.resolved {
-            last.insert(p, i);
+            last.insert(p.as_os_str().as_bytes(), i);
             resolved += 1;
         }
     }
@@ -439,7 +440,11 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
         let keep: Vec<bool> = out
             .iter()
             .enumerate()
-            .map(|(i, r)| r.resolved.as_deref().map_or(true, |p| last[p] == i))
+            .map(|(i, r)| {
+                r.resolved
+                    .as_deref()
+                    .map_or(true, |p| last[p.as_os_str().as_bytes()] == i)
+            })
             .collect();
         drop(last);
         let mut keep = keep.into_iter();
@@ -472,17 +477,18 @@ enum Unresolved {
 struct Resolver {
     /// Parent directory as written → an `O_PATH` descriptor of it and its canonical path;
     /// `None` when it could not be resolved or opened (its paths take the slow way).
-    parents: HashMap<PathBuf, Option<(OwnedFd, PathBuf)>>,
+    parents: FastMap<Vec<u8>, Option<(OwnedFd, PathBuf)>>,
     name: Vec<u8>,
 }
 
 impl Resolver {
     fn resolve(&mut self, path: &Path) -> Result<Found, Unresolved> {
         if let Some((parent, name)) = split_normalized(path) {
-            if !self.parents.contains_key(parent) {
-                self.parents.insert(parent.to_path_buf(), open_dir(parent));
+            let key = parent.as_os_str().as_bytes();
+            if !self.parents.contains_key(key) {
+                self.parents.insert(key.to_vec(), open_dir(parent));
             }
-            if let Some((dir, canonical)) = &self.parents[parent] {
+            if let Some((dir, canonical)) = &self.parents[key] {
                 self.name.clear();
                 self.name.extend_from_slice(name.as_bytes());
                 self.name.push(0);
@@ -516,6 +522,37 @@ impl Resolver {
         }
     }
 }
+
+/// A fast hasher for the path maps of the plan (FxHash: a multiply and a rotate per
+/// word). SipHash's resistance to chosen keys buys nothing here: the keys are the
+/// policy's own paths, and there are thousands of them on every launch.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(K);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write(&n.to_le_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+type FastSet<K> = HashSet<K, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// A normalised absolute path other than `/` (no `.`, `..`, doubled or trailing
 /// slashes), split into its parent and last component; `None` for anything else.
@@ -556,7 +593,7 @@ fn open_dir(dir: &Path) -> Option<(OwnedFd, PathBuf)> {
         resolve: RESOLVE_NO_SYMLINKS,
     };
     // SAFETY: `c_path` is NUL-terminated and `how` a valid open_how of the size passed.
-    let fd = unsafe {
+    let mut fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
             libc::AT_FDCWD,
@@ -565,6 +602,13 @@ fn open_dir(dir: &Path) -> Option<(OwnedFd, PathBuf)> {
             std::mem::size_of::<OpenHow>(),
         )
     };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // No openat2 (before 5.6, or under valgrind). A symlink swapped in since
+        // `canonicalize` could then point the descriptor elsewhere; the plan is a snapshot
+        // either way, and the view checks every source against its (dev, ino) again.
+        // SAFETY: `c_path` is NUL-terminated.
+        fd = unsafe { libc::open(c_path.as_ptr(), how.flags as libc::c_int) }.into();
+    }
     if fd < 0 {
         return None;
     }
@@ -660,7 +704,7 @@ fn enclosing_rules(rules: &[PlannedRule]) -> Vec<Option<usize>> {
 }
 
 /// Resolved path → index of its rule.
-fn path_index(rules: &[PlannedRule]) -> HashMap<&[u8], usize> {
+fn path_index(rules: &[PlannedRule]) -> FastMap<&[u8], usize> {
     rules
         .iter()
         .enumerate()
@@ -1039,7 +1083,7 @@ fn target_of(m: &Mount) -> &Path {
 /// each placed where [`insert_before_beneath`] would put it.
 fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
     let at = path_index(rules);
-    let mut known: HashSet<&[u8]> = mounts
+    let mut known: FastSet<&[u8]> = mounts
         .iter()
         .filter_map(|m| match m {
             Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
@@ -1095,7 +1139,7 @@ fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
     }
     // Each pin goes right before the first mount strictly beneath it; pins bound for the
     // same place go outermost first, so a pin never covers one inside it.
-    let slot_of: HashMap<&[u8], usize> = pins
+    let slot_of: FastMap<&[u8], usize> = pins
         .iter()
         .enumerate()
         .map(|(k, p)| (target_of(p).as_os_str().as_bytes(), k))

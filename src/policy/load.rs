@@ -84,7 +84,7 @@ struct Merger<'a> {
     rules: Vec<Option<PathRule>>,
     /// Where the live rule for each path is in `rules`: replacing one is O(1), so
     /// thousands of rules load in linear time.
-    rule_at: HashMap<PathBuf, usize>,
+    rule_at: HashMap<std::ffi::OsString, usize>,
 }
 
 impl<'a> Merger<'a> {
@@ -302,7 +302,9 @@ impl<'a> Merger<'a> {
     /// that extends a profile, and the command line, can change what the profile said.
     fn add_rule(&mut self, rule: PathRule) {
         // Paths are normalised: equal bytes are the same path.
-        if let Some(earlier) = self.rule_at.insert(rule.path.clone(), self.rules.len()) {
+        // Keyed by bytes: hashing a `Path` goes component by component.
+        let key = rule.path.as_os_str().to_os_string();
+        if let Some(earlier) = self.rule_at.insert(key, self.rules.len()) {
             self.rules[earlier] = None;
         }
         self.rules.push(Some(rule));
@@ -705,9 +707,22 @@ pub fn expand_path(
     Ok((normalize(&path), optional))
 }
 
+/// Absolute, with no `.`, `..`, doubled or trailing slash: what `normalize` returns.
+fn is_normal(path: &Path) -> bool {
+    let b = path.as_os_str().as_encoded_bytes();
+    b == b"/"
+        || (b.first() == Some(&b'/')
+            && b[1..]
+                .split(|c| *c == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".."))
+}
+
 /// Remove `.` and `..` lexically, so rules compare by components. Symlinks are resolved
 /// later, by `plan`.
 fn normalize(path: &Path) -> PathBuf {
+    if is_normal(path) {
+        return path.to_path_buf(); // the common case, with thousands of rules
+    }
     let mut out = PathBuf::from("/");
     for c in path.components() {
         match c {
@@ -747,6 +762,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn normalize_keeps_normal_paths_and_makes_the_rest_normal() {
+        for (raw, want) in [
+            ("/", "/"),
+            ("/a/b", "/a/b"),
+            ("/a/./b/", "/a/b"),
+            ("/a//b", "/a/b"),
+            ("/a/../b", "/b"),
+            ("/..", "/"),
+            ("/a/.b/..c", "/a/.b/..c"),
+        ] {
+            let got = normalize(Path::new(raw));
+            assert_eq!(got, Path::new(want), "{raw}");
+            assert_eq!(got.as_os_str(), want, "{raw}");
+            assert!(is_normal(&got), "{raw}");
+        }
+        assert!(!is_normal(Path::new("/a/")));
+        assert!(!is_normal(Path::new("a/b")));
     }
 
     #[test]

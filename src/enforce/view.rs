@@ -638,12 +638,14 @@ impl<'a> DirCache<'a> {
     /// of cordon's own. Never follows a symlink.
     fn open_point(&mut self, root: i32, rel: &'a CStr, leaf: Leaf, owned: &Owned<'_>) -> Step<Fd> {
         let (dir, name) = self.parent(root, rel, owned)?;
+        if self.mine(owned)? {
+            // On our own tmpfs the mountpoint is usually missing: create it first (an
+            // existing one is fine) rather than look it up twice.
+            return create_leaf(dir, &name, leaf, true);
+        }
         match try_open_leaf(dir, &name, leaf) {
             Ok(fd) => Ok(fd),
-            Err(libc::ENOENT) => {
-                let mine = self.mine(owned)?;
-                create_leaf(dir, &name, leaf, mine)
-            }
+            Err(libc::ENOENT) => create_leaf(dir, &name, leaf, false),
             Err(e) => Err(("open mountpoint", e)),
         }
     }

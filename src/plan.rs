@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -495,8 +495,16 @@ impl Resolver {
                 let c_name = CStr::from_bytes_with_nul(&self.name).expect("one NUL, at the end");
                 match fstatat_nofollow(dir.as_raw_fd(), c_name) {
                     Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFLNK => {
+                        // `canonical.join(name)`, without re-parsing either.
+                        let c = canonical.as_os_str().as_bytes();
+                        let mut real = Vec::with_capacity(c.len() + 1 + name.len());
+                        real.extend_from_slice(c);
+                        if c != b"/" {
+                            real.push(b'/');
+                        }
+                        real.extend_from_slice(name.as_bytes());
                         return Ok(Found {
-                            real: canonical.join(name),
+                            real: PathBuf::from(OsString::from_vec(real)),
                             is_dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
                             dev_ino: (st.st_dev, st.st_ino),
                         });

@@ -57,6 +57,9 @@ use std::path::{Component, Path};
 pub const NO_INDEX: usize = usize::MAX;
 
 /// The host directory the new root is mounted over, inside the private mount namespace.
+/// Sources at or beneath it (or above it) are cloned before it is covered; this compares
+/// paths, so it assumes `/tmp` is a directory, not a symlink to one (a source then
+/// covered fails closed: `open source` or `source changed since plan`).
 pub const STAGING: &CStr = c"/tmp";
 
 /// The empty file bound over denied files; created in the new root, removed at the end.
@@ -365,10 +368,11 @@ impl PreparedView {
     /// the process is in an undefined half-built view and must exit.
     pub fn apply(&self) -> Result<(), StepError> {
         let global = at(NO_INDEX);
-        // Whatever is still held when this returns, on success or error, is closed.
-        let _held = CloseHeld(&self.held);
         // Step 2 holds its sources open at once: make room when there are very many.
         let _nofile = NofileAtLeast::raise(self.early + 64);
+        // Whatever is still held when this returns, on success or error, is closed (before
+        // the limit above is restored: locals drop in reverse order).
+        let _held = CloseHeld(&self.held);
 
         // 1. Nothing propagates back to the host.
         sys_mount(c"/", libc::MS_REC | libc::MS_PRIVATE).map_err(&global)?;

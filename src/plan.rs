@@ -5,8 +5,10 @@
 use crate::policy::{Access, EnforceMode, Location, NetMode, Origin, Policy};
 use landlock::{Access as _, AccessFs, AccessNet, BitFlags, ABI};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -258,15 +260,19 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
     };
 
     let mut rules = resolve_rules(policy, facts.outer.is_some())?;
-    classify(&mut rules, view, &no_view_reason, &mut degraded);
+    let parents = enclosing_rules(&rules);
+    classify(&mut rules, &parents, view, &no_view_reason, &mut degraded);
     if let Some(outer) = &facts.outer {
+        // The most specific outer path decides; a later entry for the same path wins.
+        let granted_at: FastMap<&[u8], Access> = outer
+            .iter()
+            .map(|(p, a)| (p.as_os_str().as_bytes(), *a))
+            .collect();
         for rule in rules.iter_mut() {
             if let Some(path) = &rule.resolved {
-                let granted = outer
-                    .iter()
-                    .filter(|(p, _)| beneath(path, p))
-                    .max_by_key(|(p, _)| p.components().count())
-                    .map_or(Access::Deny, |(_, a)| *a);
+                let granted = self_and_ancestors(path.as_os_str().as_bytes())
+                    .find_map(|p| granted_at.get(p).copied())
+                    .unwrap_or(Access::Deny);
                 rule.outer = Some(granted);
                 if rule.access != Access::Deny && !granted.covers(rule.access) {
                     warnings.push(format!(
@@ -293,12 +299,13 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
     let net = net_plan(policy, view);
     let identity = identity(policy, facts)?;
     let mounts = if view {
-        view_mounts(&rules, &scratch, policy, net.mode)
+        view_mounts(&rules, &parents, &scratch, policy, net.mode)
     } else {
         Vec::new()
     };
     let landlock = landlock_plan(
         &rules,
+        &parents,
         &scratch,
         policy,
         abi,
@@ -383,35 +390,29 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
 /// Canonicalise every rule; a missing path is an error unless optional (or a deny,
 /// which protects nothing when there is nothing to protect).
 fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, PlanError> {
-    let mut out: Vec<PlannedRule> = Vec::new();
+    let mut resolver = Resolver::default();
+    let mut out: Vec<PlannedRule> = Vec::with_capacity(policy.rules.len());
     for rule in &policy.rules {
-        let (resolved, is_dir, dev_ino, note) = match std::fs::canonicalize(&rule.path) {
-            Ok(real) => {
-                let meta = std::fs::metadata(&real).map_err(|e| {
-                    PlanError(format!(
-                        "{}: cannot stat {}: {e}",
-                        rule.origin,
-                        real.display()
-                    ))
-                })?;
-                (
-                    Some(real),
-                    meta.is_dir(),
-                    (meta.dev(), meta.ino()),
-                    String::new(),
-                )
+        let (resolved, is_dir, dev_ino, note) = match resolver.resolve(&rule.path) {
+            Ok(found) => (Some(found.real), found.is_dir, found.dev_ino, String::new()),
+            Err(Unresolved::Stat(real, e)) => {
+                return Err(PlanError(format!(
+                    "{}: cannot stat {}: {e}",
+                    rule.origin,
+                    real.display()
+                )))
             }
-            Err(_) if rule.optional || rule.access == Access::Deny => {
+            Err(Unresolved::Missing(_)) if rule.optional || rule.access == Access::Deny => {
                 (None, false, (0, 0), "missing, skipped".to_string())
             }
             // Inside another cordon's view, what it does not grant does not exist.
-            Err(_) if nested => (
+            Err(Unresolved::Missing(_)) if nested => (
                 None,
                 false,
                 (0, 0),
                 "not granted by the outer sandbox: it does not exist here".to_string(),
             ),
-            Err(e) => {
+            Err(Unresolved::Missing(e)) => {
                 return Err(PlanError(format!(
                     "{}: {} `{}`: {e}; create it, or write `{}?` to skip it when missing",
                     rule.origin,
@@ -421,10 +422,6 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
                 )))
             }
         };
-        // Two rules that resolve to the same place: the later one decides.
-        if let Some(r) = &resolved {
-            out.retain(|o| o.resolved.as_ref() != Some(r));
-        }
         out.push(PlannedRule {
             path: rule.path.clone(),
             resolved,
@@ -437,7 +434,217 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
             outer: None,
         });
     }
+    // Two rules that resolve to the same place: the later one decides, in its own place.
+    let mut last: FastMap<&[u8], usize> = FastMap::default();
+    last.reserve(out.len());
+    let mut resolved = 0;
+    for (i, r) in out.iter().enumerate() {
+        if let Some(p) = &r.resolved {
+            last.insert(p.as_os_str().as_bytes(), i);
+            resolved += 1;
+        }
+    }
+    if last.len() < resolved {
+        let keep: Vec<bool> = out
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.resolved
+                    .as_deref()
+                    .map_or(true, |p| last[p.as_os_str().as_bytes()] == i)
+            })
+            .collect();
+        drop(last);
+        let mut keep = keep.into_iter();
+        out.retain(|_| keep.next().unwrap_or(true));
+    }
     Ok(out)
+}
+
+/// A rule path resolved: canonical, with what `metadata` says of it.
+struct Found {
+    real: PathBuf,
+    is_dir: bool,
+    dev_ino: (u64, u64),
+}
+
+enum Unresolved {
+    /// `canonicalize` failed: the path (or a directory on the way) is missing or
+    /// unreachable.
+    Missing(std::io::Error),
+    /// The canonical path could not be stat'ed.
+    Stat(PathBuf, std::io::Error),
+}
+
+/// Resolves rule paths with the result of `std::fs::canonicalize` + `std::fs::metadata`,
+/// cheaply. `canonicalize` walks from `/` with a `readlink` per component, every time;
+/// here each distinct parent directory is canonicalised and opened once, and a path
+/// beneath it costs one `fstatat` relative to that descriptor. A leaf that is a symlink,
+/// a path that is not normalised, or any unusual error takes the slow, exact way.
+#[derive(Default)]
+struct Resolver {
+    /// Parent directory as written → an `O_PATH` descriptor of it and its canonical path;
+    /// `None` when it could not be resolved or opened (its paths take the slow way).
+    parents: FastMap<Vec<u8>, Option<(OwnedFd, PathBuf)>>,
+    name: Vec<u8>,
+}
+
+impl Resolver {
+    fn resolve(&mut self, path: &Path) -> Result<Found, Unresolved> {
+        if let Some((parent, name)) = split_normalized(path) {
+            let key = parent.as_os_str().as_bytes();
+            if !self.parents.contains_key(key) {
+                self.parents.insert(key.to_vec(), open_dir(parent));
+            }
+            if let Some((dir, canonical)) = &self.parents[key] {
+                self.name.clear();
+                self.name.extend_from_slice(name.as_bytes());
+                self.name.push(0);
+                let c_name = CStr::from_bytes_with_nul(&self.name).expect("one NUL, at the end");
+                match fstatat_nofollow(dir.as_raw_fd(), c_name) {
+                    Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFLNK => {
+                        // `canonical.join(name)`, without re-parsing either.
+                        let c = canonical.as_os_str().as_bytes();
+                        let mut real = Vec::with_capacity(c.len() + 1 + name.len());
+                        real.extend_from_slice(c);
+                        if c != b"/" {
+                            real.push(b'/');
+                        }
+                        real.extend_from_slice(name.as_bytes());
+                        return Ok(Found {
+                            real: PathBuf::from(OsString::from_vec(real)),
+                            is_dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+                            dev_ino: (st.st_dev, st.st_ino),
+                        });
+                    }
+                    // What canonicalize says too: the parent is there, the leaf is not.
+                    Err(libc::ENOENT) => {
+                        return Err(Unresolved::Missing(std::io::Error::from_raw_os_error(
+                            libc::ENOENT,
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let real = std::fs::canonicalize(path).map_err(Unresolved::Missing)?;
+        match std::fs::metadata(&real) {
+            Ok(meta) => Ok(Found {
+                is_dir: meta.is_dir(),
+                dev_ino: (meta.dev(), meta.ino()),
+                real,
+            }),
+            Err(e) => Err(Unresolved::Stat(real, e)),
+        }
+    }
+}
+
+/// A fast hasher for the path maps of the plan (FxHash: a multiply and a rotate per
+/// word). SipHash's resistance to chosen keys buys nothing here: the keys are the
+/// policy's own paths, and there are thousands of them on every launch.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(K);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write(&n.to_le_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+type FastSet<K> = HashSet<K, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// A normalised absolute path other than `/` (no `.`, `..`, doubled or trailing
+/// slashes), split into its parent and last component; `None` for anything else.
+fn split_normalized(path: &Path) -> Option<(&Path, &OsStr)> {
+    let b = path.as_os_str().as_bytes();
+    if b.len() < 2 || b[0] != b'/' || b[b.len() - 1] == b'/' {
+        return None;
+    }
+    if b[1..]
+        .split(|c| *c == b'/')
+        .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
+        return None;
+    }
+    let cut = b.iter().rposition(|c| *c == b'/')?;
+    let parent = if cut == 0 { &b[..1] } else { &b[..cut] };
+    Some((
+        Path::new(OsStr::from_bytes(parent)),
+        OsStr::from_bytes(&b[cut + 1..]),
+    ))
+}
+
+/// Canonicalise a directory and open it (`O_PATH`) without following symlinks, so the
+/// descriptor is exactly the directory its canonical path names.
+fn open_dir(dir: &Path) -> Option<(OwnedFd, PathBuf)> {
+    let canonical = std::fs::canonicalize(dir).ok()?;
+    let c_path = CString::new(canonical.as_os_str().as_bytes()).ok()?;
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: `c_path` is NUL-terminated and `how` a valid open_how of the size passed.
+    let mut fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // No openat2 (before 5.6, or under valgrind). A symlink swapped in since
+        // `canonicalize` could then point the descriptor elsewhere; the plan is a snapshot
+        // either way, and the view checks every source against its (dev, ino) again.
+        // SAFETY: `c_path` is NUL-terminated.
+        fd = unsafe { libc::open(c_path.as_ptr(), how.flags as libc::c_int) }.into();
+    }
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    Some((unsafe { OwnedFd::from_raw_fd(fd as RawFd) }, canonical))
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`, or the errno.
+fn fstatat_nofollow(dir: RawFd, name: &CStr) -> Result<libc::stat, i32> {
+    // SAFETY: all-zero is a valid `struct stat`; it is only read after fstatat filled it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is NUL-terminated, `st` is writable, `dir` is an open descriptor.
+    let r = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    } else {
+        Ok(st)
+    }
 }
 
 /// `path` is `dir` or lies beneath it. Both are absolute and normalised (no `.`, `..`,
@@ -478,49 +685,91 @@ pub fn deciding<'a>(rules: &'a [PlannedRule], path: &Path) -> Option<&'a Planned
         .max_by_key(|r| r.resolved.as_ref().map_or(0, |p| p.components().count()))
 }
 
+/// `path` (absolute, normalised, as bytes) and each directory above it, up to `/`.
+fn self_and_ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::successors(Some(path), |p| parent_bytes(p))
+}
+
+/// The parent of a normalised absolute path, as bytes; `None` for `/` (and for anything
+/// without a slash).
+fn parent_bytes(path: &[u8]) -> Option<&[u8]> {
+    if path == b"/" {
+        return None;
+    }
+    match path.iter().rposition(|c| *c == b'/')? {
+        0 => Some(b"/"),
+        cut => Some(&path[..cut]),
+    }
+}
+
+/// For each rule, the index of the rule that [`enclosing`] would return for its resolved
+/// path: the nearest one strictly above it. Resolved paths are unique (see
+/// `resolve_rules`), so looking each ancestor up in a map finds it in at most `depth`
+/// steps, instead of a scan of every rule for every rule. Unresolved rules have none.
+fn enclosing_rules(rules: &[PlannedRule]) -> Vec<Option<usize>> {
+    let at = path_index(rules);
+    rules
+        .iter()
+        .map(|r| {
+            let path = r.resolved.as_deref()?.as_os_str().as_bytes();
+            self_and_ancestors(path)
+                .skip(1)
+                .find_map(|p| at.get(p).copied())
+        })
+        .collect()
+}
+
+/// Resolved path → index of its rule.
+fn path_index(rules: &[PlannedRule]) -> FastMap<&[u8], usize> {
+    rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((r.resolved.as_deref()?.as_os_str().as_bytes(), i)))
+        .collect()
+}
+
+/// The rules strictly above rule `i`, nearest first.
+fn above(parents: &[Option<usize>], i: usize) -> impl Iterator<Item = usize> + '_ {
+    std::iter::successors(parents[i], move |p| parents[*p])
+}
+
 fn classify(
     rules: &mut [PlannedRule],
+    parents: &[Option<usize>],
     view: bool,
     no_view_reason: &str,
     degraded: &mut Vec<Degradation>,
 ) {
-    let snapshot = rules.to_vec();
-    for rule in rules.iter_mut() {
-        let Some(path) = rule.resolved.clone() else {
-            rule.layer = Layer::NotNeeded;
+    for i in 0..rules.len() {
+        if rules[i].resolved.is_none() {
+            rules[i].layer = Layer::NotNeeded;
             continue;
-        };
-        let parent = enclosing(&snapshot, &path)
+        }
+        let rule = &rules[i];
+        let parent = parents[i]
+            .map(|p| &rules[p])
             .filter(|p| p.access != Access::Deny || rule.access != Access::Deny);
         let parent_access = parent.map(|p| p.access);
         let narrows = parent_access.is_some_and(|pa| pa != Access::Deny && !rule.access.covers(pa));
-        match (rule.access, narrows, view) {
-            (Access::Deny, false, _) => {
-                rule.layer = Layer::NotNeeded;
-                rule.note = "no enclosing grant: not visible to the command".into();
-            }
-            (_, true, true) => {
-                rule.layer = Layer::View;
-                rule.note = match rule.access {
+        let (layer, note) = match (rule.access, narrows, view) {
+            (Access::Deny, false, _) => (
+                Layer::NotNeeded,
+                "no enclosing grant: not visible to the command".into(),
+            ),
+            (_, true, true) => (
+                Layer::View,
+                match rule.access {
                     Access::Deny if rule.is_dir => "empty read-only tmpfs over it".into(),
                     Access::Deny => "empty read-only file over it".into(),
                     a => format!("own bind mount with {a} reductions inside a wider grant"),
-                };
-            }
-            (Access::Deny, true, false) if splittable(&snapshot, rule) => {
-                rule.layer = Layer::Landlock;
-                rule.note =
-                    "Landlock: the read-only grants around it are split entry by entry".into();
-            }
+                },
+            ),
+            (Access::Deny, true, false) if splittable(rules, parents, i) => (
+                Layer::Landlock,
+                "Landlock: the read-only grants around it are split entry by entry".into(),
+            ),
             (_, true, false) => {
-                rule.layer = Layer::Degraded;
                 let parent = parent.expect("narrows implies a parent");
-                rule.note = format!(
-                    "needs the view: Landlock cannot narrow `{} {}` ({})",
-                    parent.access,
-                    parent.path.display(),
-                    parent.origin
-                );
                 degraded.push(Degradation {
                     rule: format!("{} {} ({})", rule.access, rule.path.display(), rule.origin),
                     reason: format!(
@@ -529,16 +778,21 @@ fn classify(
                         parent.path.display()
                     ),
                 });
+                (
+                    Layer::Degraded,
+                    format!(
+                        "needs the view: Landlock cannot narrow `{} {}` ({})",
+                        parent.access,
+                        parent.path.display(),
+                        parent.origin
+                    ),
+                )
             }
-            (_, false, true) => {
-                rule.layer = Layer::ViewAndLandlock;
-                rule.note = "bind mount and Landlock".into();
-            }
-            (_, false, false) => {
-                rule.layer = Layer::Landlock;
-                rule.note = "Landlock".into();
-            }
-        }
+            (_, false, true) => (Layer::ViewAndLandlock, "bind mount and Landlock".into()),
+            (_, false, false) => (Layer::Landlock, "Landlock".into()),
+        };
+        rules[i].layer = layer;
+        rules[i].note = note;
     }
 }
 
@@ -546,18 +800,10 @@ fn classify(
 /// is read-only, so granting the siblings along the way one by one (instead of the
 /// whole tree) leaves exactly the file out. A denied directory cannot be: the listing
 /// right its parent needs would reach into it.
-fn splittable(rules: &[PlannedRule], deny: &PlannedRule) -> bool {
-    let Some(path) = &deny.resolved else {
-        return false;
-    };
-    !deny.is_dir
-        && rules.iter().all(|r| {
-            let above = r.access != Access::Deny
-                && r.resolved
-                    .as_ref()
-                    .is_some_and(|p| strictly_beneath(path, p));
-            !above || !r.access.write()
-        })
+fn splittable(rules: &[PlannedRule], parents: &[Option<usize>], deny: usize) -> bool {
+    rules[deny].resolved.is_some()
+        && !rules[deny].is_dir
+        && above(parents, deny).all(|a| rules[a].access == Access::Deny || !rules[a].access.write())
 }
 
 /// Landlock rules for a read-only grant at `dir` that leave out the files in `holes`:
@@ -701,18 +947,27 @@ fn identity(policy: &Policy, facts: &Facts) -> Result<Option<(u32, u32)>, PlanEr
 /// The mounts of the view, outermost rule first.
 fn view_mounts(
     rules: &[PlannedRule],
+    parents: &[Option<usize>],
     scratch: &ScratchPlan,
     policy: &Policy,
     _net: NetMode,
 ) -> Vec<Mount> {
-    let mut mounts = Vec::new();
-    let mut ordered: Vec<&PlannedRule> = rules.iter().filter(|r| r.resolved.is_some()).collect();
-    ordered.sort_by_key(|r| r.resolved.as_ref().map_or(0, |p| p.components().count()));
+    let mut mounts = Vec::with_capacity(rules.len() + 8);
+    let mut ordered: Vec<(usize, &Path)> = rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((i, r.resolved.as_deref()?)))
+        .collect();
+    ordered.sort_by_cached_key(|(_, p)| p.components().count());
 
-    // Symlinks along written paths (`/bin` → `usr/bin`) are reproduced first.
+    // Symlinks along written paths (`/bin` → `usr/bin`) are reproduced first. A path
+    // that is its own canonical form has no symlink in it: no need to look.
     for rule in rules {
+        if rule.access == Access::Deny || rule.resolved.as_ref() == Some(&rule.path) {
+            continue;
+        }
         if let Ok(meta) = std::fs::symlink_metadata(&rule.path) {
-            if meta.file_type().is_symlink() && rule.access != Access::Deny {
+            if meta.file_type().is_symlink() {
                 if let Ok(link) = std::fs::read_link(&rule.path) {
                     mounts.push(Mount::Symlink {
                         target: rule.path.clone(),
@@ -725,43 +980,50 @@ fn view_mounts(
 
     let dev = Path::new("/dev");
     let proc_path = Path::new("/proc");
-    for rule in &ordered {
-        let path = rule.resolved.clone().expect("filtered");
-        let parent = enclosing(rules, &path);
+    for &(i, path) in &ordered {
+        let rule = &rules[i];
+        let parent = parents[i].map(|p| &rules[p]);
         match rule.access {
             Access::Deny => {
                 if parent.is_some_and(|p| p.access != Access::Deny) {
                     mounts.push(if rule.is_dir {
-                        Mount::MaskDir { target: path }
+                        Mount::MaskDir {
+                            target: path.to_path_buf(),
+                        }
                     } else {
-                        Mount::MaskFile { target: path }
+                        Mount::MaskFile {
+                            target: path.to_path_buf(),
+                        }
                     });
                 }
             }
             access => {
                 if path == proc_path {
-                    mounts.push(Mount::Proc { target: path });
+                    mounts.push(Mount::Proc {
+                        target: path.to_path_buf(),
+                    });
                     continue;
                 }
                 if path == dev {
                     continue; // the minimal /dev stands in for the host's
                 }
                 // Nested rules with the same access as an enclosing bind add nothing.
+                let under_dev = beneath(path, dev);
                 let redundant = parent.is_some_and(|p| {
                     p.access == access
-                        && !path.starts_with(proc_path)
+                        && !beneath(path, proc_path)
                         && p.resolved.as_deref() != Some(dev)
                 });
-                if redundant && !(path.starts_with(dev)) {
+                if redundant && !under_dev {
                     continue;
                 }
                 mounts.push(Mount::Bind {
-                    source: path.clone(),
-                    target: path.clone(),
+                    source: path.to_path_buf(),
+                    target: path.to_path_buf(),
                     is_dir: rule.is_dir,
                     read_only: !access.write(),
                     exec: access.exec(),
-                    device: path.starts_with(dev) && !rule.is_dir,
+                    device: under_dev && !rule.is_dir,
                     dev_ino: rule.dev_ino,
                 });
             }
@@ -774,7 +1036,7 @@ fn view_mounts(
         .iter()
         .position(|m| match m {
             Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
-                target.starts_with(dev)
+                beneath(target, dev)
             }
             _ => false,
         })
@@ -815,24 +1077,49 @@ fn view_mounts(
     mounts
 }
 
+fn target_of(m: &Mount) -> &Path {
+    match m {
+        Mount::Bind { target, .. }
+        | Mount::MaskDir { target }
+        | Mount::MaskFile { target }
+        | Mount::Proc { target }
+        | Mount::Dev { target }
+        | Mount::Symlink { target, .. } => target,
+    }
+}
+
 /// A narrower rule's mount sits at a path inside a writable grant. Renaming a directory
 /// on the way there (`mv .git .git-old`) would carry the mount away and let the command
 /// create a fresh, unprotected path in its place. Mountpoints cannot be renamed or
 /// removed (EBUSY), so every directory between the writable grant and such a mount is
 /// pinned: bound onto itself with the grant's own access, before the mount inside it.
+///
+/// Linear in the number of mounts (times the depth): the enclosing grant and the known
+/// mountpoints are looked up in maps, and the pins are merged into the list in one pass,
+/// each placed where [`insert_before_beneath`] would put it.
 fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
-    let mut pins: Vec<Mount> = Vec::new();
-    let targets: Vec<PathBuf> = mounts
+    let at = path_index(rules);
+    let mut known: FastSet<&[u8]> = mounts
         .iter()
         .filter_map(|m| match m {
             Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target } => {
-                Some(target.clone())
+                Some(target.as_os_str().as_bytes())
             }
             _ => None,
         })
         .collect();
-    for target in &targets {
-        let Some(grant) = enclosing(rules, target) else {
+    let mut pins: Vec<Mount> = Vec::new();
+    for m in mounts.iter() {
+        let (Mount::Bind { target, .. } | Mount::MaskDir { target } | Mount::MaskFile { target }) =
+            m
+        else {
+            continue;
+        };
+        let target = target.as_os_str().as_bytes();
+        let Some(grant) = self_and_ancestors(target)
+            .skip(1)
+            .find_map(|p| at.get(p).map(|i| &rules[*i]))
+        else {
             continue;
         };
         let Some(top) = grant.resolved.as_deref() else {
@@ -841,31 +1128,62 @@ fn pin_directories(rules: &[PlannedRule], mounts: &mut Vec<Mount>) {
         if !grant.access.write() {
             continue; // nothing can be renamed inside a read-only tree
         }
-        let mut dir = target.parent();
-        while let Some(d) = dir.filter(|d| strictly_beneath(d, top)) {
-            let known = targets.iter().any(|t| t == d)
-                || pins
-                    .iter()
-                    .any(|p| matches!(p, Mount::Bind { target, .. } if target == d));
-            if !known {
-                if let Ok(meta) = std::fs::metadata(d) {
-                    pins.push(Mount::Bind {
-                        source: d.to_path_buf(),
-                        target: d.to_path_buf(),
-                        is_dir: true,
-                        read_only: false,
-                        exec: grant.access.exec(),
-                        device: false,
-                        dev_ino: (meta.dev(), meta.ino()),
-                    });
-                }
+        let top = top.as_os_str().as_bytes();
+        for d in self_and_ancestors(target).skip(1) {
+            if d.len() <= top.len() {
+                break; // at the grant (its ancestors are shorter still)
             }
-            dir = d.parent();
+            if !known.insert(d) {
+                continue;
+            }
+            let d = Path::new(OsStr::from_bytes(d));
+            if let Ok(meta) = std::fs::metadata(d) {
+                pins.push(Mount::Bind {
+                    source: d.to_path_buf(),
+                    target: d.to_path_buf(),
+                    is_dir: true,
+                    read_only: false,
+                    exec: grant.access.exec(),
+                    device: false,
+                    dev_ino: (meta.dev(), meta.ino()),
+                });
+            }
         }
     }
-    for pin in pins {
-        insert_before_beneath(mounts, pin);
+    if pins.is_empty() {
+        return;
     }
+    // Each pin goes right before the first mount strictly beneath it; pins bound for the
+    // same place go outermost first, so a pin never covers one inside it.
+    let slot_of: FastMap<&[u8], usize> = pins
+        .iter()
+        .enumerate()
+        .map(|(k, p)| (target_of(p).as_os_str().as_bytes(), k))
+        .collect();
+    let mut slot = vec![mounts.len(); pins.len()];
+    for (j, m) in mounts.iter().enumerate() {
+        for d in self_and_ancestors(target_of(m).as_os_str().as_bytes()).skip(1) {
+            if let Some(&k) = slot_of.get(d) {
+                slot[k] = slot[k].min(j);
+            }
+        }
+    }
+    drop(slot_of);
+    let mut order: Vec<usize> = (0..pins.len()).collect();
+    order.sort_by_key(|&k| (slot[k], target_of(&pins[k]).components().count()));
+    let mut pins: Vec<Option<Mount>> = pins.into_iter().map(Some).collect();
+    let mut merged = Vec::with_capacity(mounts.len() + pins.len());
+    let mut next = order.into_iter().peekable();
+    for (j, m) in std::mem::take(mounts).into_iter().enumerate() {
+        while let Some(k) = next.next_if(|k| slot[*k] == j) {
+            merged.extend(pins[k].take());
+        }
+        merged.push(m);
+    }
+    for k in next {
+        merged.extend(pins[k].take());
+    }
+    *mounts = merged;
 }
 
 /// A bind of one of the run's own directories: never a device, always executable (the
@@ -925,6 +1243,7 @@ pub fn rights(access: Access, is_dir: bool, abi: u32) -> u64 {
 #[allow(clippy::too_many_arguments)]
 fn landlock_plan(
     rules: &[PlannedRule],
+    parents: &[Option<usize>],
     scratch: &ScratchPlan,
     policy: &Policy,
     abi: u32,
@@ -933,20 +1252,31 @@ fn landlock_plan(
     _facts: &Facts,
     degraded: &mut Vec<Degradation>,
 ) -> LandlockPlan {
-    let mut out = Vec::new();
-    // Denied files Landlock enforces by splitting the read-only grants above them.
-    let holes: Vec<&Path> = rules
-        .iter()
-        .filter(|r| !view && r.access == Access::Deny && r.layer == Layer::Landlock)
-        .filter_map(|r| r.resolved.as_deref())
-        .collect();
-    for rule in rules {
+    let mut out = Vec::with_capacity(rules.len() + 8);
+    // Denied files Landlock enforces by splitting the read-only grants above them: each
+    // grant's holes, found by walking up from each hole (its enclosing rules are exactly
+    // the grants whose trees hold it).
+    let mut holes: Vec<Vec<&Path>> = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        if view || r.access != Access::Deny || r.layer != Layer::Landlock {
+            continue;
+        }
+        let Some(hole) = r.resolved.as_deref() else {
+            continue;
+        };
+        if holes.is_empty() {
+            holes = vec![Vec::new(); rules.len()];
+        }
+        for a in above(parents, i) {
+            holes[a].push(hole);
+        }
+    }
+    for (i, rule) in rules.iter().enumerate() {
         let (Some(path), true) = (&rule.resolved, rule.access != Access::Deny) else {
             continue;
         };
-        let inside: Vec<&Path> = holes.iter().copied().filter(|h| beneath(h, path)).collect();
-        if !inside.is_empty() {
-            split_grant(path, rule.access, &inside, abi, &mut out);
+        if let Some(inside) = holes.get(i).filter(|h| !h.is_empty()) {
+            split_grant(path, rule.access, inside, abi, &mut out);
             continue;
         }
         out.push(LandlockRule {
@@ -1238,6 +1568,163 @@ mod tests {
                 "/scratch>/run/cordon"
             ]
         );
+    }
+
+    fn planned(path: &str, access: Access) -> PlannedRule {
+        PlannedRule {
+            path: PathBuf::from(path),
+            resolved: Some(PathBuf::from(path)),
+            access,
+            is_dir: true,
+            origin: Origin::command_line("--ro"),
+            layer: Layer::NotNeeded,
+            note: String::new(),
+            dev_ino: (0, 0),
+            outer: None,
+        }
+    }
+
+    #[test]
+    fn enclosing_rules_agree_with_enclosing() {
+        // `/a/b-c` sorts between `/a/b` and `/a/b/c` by bytes: not an ancestor of either.
+        let paths = [
+            "/a/b/c",
+            "/a/b-c",
+            "/a/b",
+            "/",
+            "/a",
+            "/a/b/c/d/e",
+            "/x",
+            "/a/bc",
+            "/a/b-c/d",
+        ];
+        let mut rules: Vec<PlannedRule> = paths.iter().map(|p| planned(p, Access::Ro)).collect();
+        let mut missing = planned("/a/b/gone", Access::Ro);
+        missing.resolved = None;
+        rules.push(missing);
+        let parents = enclosing_rules(&rules);
+        for (i, rule) in rules.iter().enumerate() {
+            let want = rule
+                .resolved
+                .as_deref()
+                .and_then(|p| enclosing(&rules, p))
+                .map(|r| r.path.clone());
+            let got = parents[i].map(|p| rules[p].path.clone());
+            assert_eq!(got, want, "{}", rule.path.display());
+        }
+        assert_eq!(parent_bytes(b"/"), None);
+        assert_eq!(parent_bytes(b"/a"), Some(&b"/"[..]));
+        assert_eq!(parent_bytes(b"/a/b"), Some(&b"/a"[..]));
+    }
+
+    #[test]
+    fn split_normalized_takes_only_normal_paths() {
+        let split = |p: &str| {
+            split_normalized(Path::new(p)).map(|(d, n)| {
+                (
+                    d.to_string_lossy().into_owned(),
+                    n.to_string_lossy().into_owned(),
+                )
+            })
+        };
+        assert_eq!(split("/a"), Some(("/".into(), "a".into())));
+        assert_eq!(split("/a/bc"), Some(("/a".into(), "bc".into())));
+        for odd in [
+            "/", "", "a/b", "/a/", "/a//b", "/a/./b", "/a/..", "/a/.", "//a",
+        ] {
+            assert_eq!(split(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn resolver_agrees_with_canonicalize() {
+        let dir = std::env::temp_dir().join(format!("cordon-plan-resolve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real/sub")).unwrap();
+        std::fs::write(dir.join("real/file"), "x").unwrap();
+        std::os::unix::fs::symlink("real", dir.join("link")).unwrap();
+        std::os::unix::fs::symlink("real/sub", dir.join("leaf-link")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("dangling")).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let mut resolver = Resolver::default();
+        for rel in [
+            "real",
+            "real/sub",
+            "real/file",
+            "link",
+            "link/sub",
+            "link/file",
+            "leaf-link",
+            "dangling",
+            "missing",
+            "missing/below",
+            "real/file/below",
+            "real/../real/sub",
+        ] {
+            let path = dir.join(rel);
+            // Twice: the second time the parent is cached.
+            for _ in 0..2 {
+                let want = std::fs::canonicalize(&path).map(|real| {
+                    let meta = std::fs::metadata(&real).unwrap();
+                    (real, meta.is_dir(), (meta.dev(), meta.ino()))
+                });
+                let got = resolver.resolve(&path);
+                match (want, got) {
+                    (Ok(w), Ok(g)) => assert_eq!(w, (g.real, g.is_dir, g.dev_ino), "{rel}"),
+                    (Err(w), Err(Unresolved::Missing(g))) => {
+                        assert_eq!(w.raw_os_error(), g.raw_os_error(), "{rel}")
+                    }
+                    (w, Ok(g)) => panic!("{rel}: canonicalize: {w:?}, resolver: {:?}", g.real),
+                    (w, Err(_)) => panic!("{rel}: canonicalize: {w:?}, resolver: cannot stat"),
+                }
+            }
+        }
+        assert_eq!(
+            resolver.resolve(Path::new("/")).ok().map(|f| f.real),
+            Some("/".into())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pins_go_before_the_mounts_inside_them_outermost_first() {
+        let dir = std::env::temp_dir().join(format!("cordon-plan-pins-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("w/a/b/.git")).unwrap();
+        std::fs::create_dir_all(dir.join("w/c/.git")).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let p = |rel: &str| dir.join(rel).to_string_lossy().into_owned();
+        let rules = vec![
+            planned(&p("w"), Access::Rw),
+            planned(&p("w/a/b/.git"), Access::Ro),
+            planned(&p("w/c/.git"), Access::Ro),
+        ];
+        let bind = |rel: &str| Mount::Bind {
+            source: dir.join(rel),
+            target: dir.join(rel),
+            is_dir: true,
+            read_only: true,
+            exec: false,
+            device: false,
+            dev_ino: (0, 0),
+        };
+        let mut mounts = vec![bind("w"), bind("w/c/.git"), bind("w/a/b/.git")];
+        pin_directories(&rules, &mut mounts);
+        let targets: Vec<String> = mounts
+            .iter()
+            .map(|m| {
+                target_of(m)
+                    .strip_prefix(&dir)
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            targets,
+            ["w", "w/c", "w/c/.git", "w/a", "w/a/b", "w/a/b/.git"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

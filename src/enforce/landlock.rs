@@ -3,7 +3,7 @@
 //! ABI (in `plan`); here we only hand numbers to the kernel.
 
 use super::StepError;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 
 #[repr(C)]
 struct RulesetAttr {
@@ -34,8 +34,55 @@ pub struct PreparedLandlock {
     handled_fs: u64,
     handled_net: u64,
     scoped: u64,
-    rules: Vec<(CString, u64)>,
+    /// Siblings together (the order of rules does not matter to Landlock).
+    rules: Vec<PathRule>,
     ports: Vec<(u64, u64)>,
+}
+
+/// A path rule. `apply` opens the path relative to its parent directory, kept open for
+/// the next sibling: thousands of rules in one directory cost one path walk, not
+/// thousands.
+#[derive(Debug)]
+struct PathRule {
+    path: CString,
+    /// Where the last component starts in `path`; 0: open the whole path.
+    name_at: usize,
+    rights: u64,
+}
+
+impl PathRule {
+    fn new(path: CString, rights: u64) -> PathRule {
+        let b = path.as_bytes();
+        // A normalised absolute path other than `/`: its parent is a plain prefix.
+        let normal = b.len() > 1
+            && b[0] == b'/'
+            && b[1..]
+                .split(|c| *c == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b"..");
+        let name_at = match b.iter().rposition(|c| *c == b'/') {
+            Some(cut) if normal => cut + 1,
+            _ => 0,
+        };
+        PathRule {
+            path,
+            name_at,
+            rights,
+        }
+    }
+
+    /// The parent directory's bytes (`/` for a top-level entry), when the path has one.
+    fn parent(&self) -> Option<&[u8]> {
+        match self.name_at {
+            0 => None,
+            1 => Some(b"/"),
+            at => Some(&self.path.as_bytes()[..at - 1]),
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        CStr::from_bytes_with_nul(&self.path.as_bytes_with_nul()[self.name_at..])
+            .expect("a suffix of a C string")
+    }
 }
 
 impl PreparedLandlock {
@@ -50,15 +97,16 @@ impl PreparedLandlock {
         if handled_fs == 0 && handled_net == 0 && scoped == 0 {
             return Ok(None);
         }
-        let rules = rules
+        let mut rules = rules
             .iter()
             .map(|(p, r)| {
-                Ok((
+                Ok(PathRule::new(
                     CString::new(p.as_os_str().as_encoded_bytes())?,
                     *r & handled_fs,
                 ))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        rules.sort_by(|a, b| a.parent().cmp(&b.parent()));
         Ok(Some(PreparedLandlock {
             handled_fs,
             handled_net,
@@ -95,29 +143,29 @@ impl PreparedLandlock {
             return Err(StepError::last("landlock_create_ruleset"));
         }
         let ruleset = ruleset as libc::c_int;
-        for (path, rights) in &self.rules {
-            if *rights == 0 {
+        let mut dir = Dir { key: &[], fd: -1 };
+        for rule in &self.rules {
+            if rule.rights == 0 {
                 continue;
             }
-            // SAFETY: path is a NUL-terminated C string that outlives the call.
-            let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+            let fd = dir.open(rule);
             if fd < 0 {
                 if super::errno() == libc::ENOENT {
                     continue;
                 }
                 return Err(StepError::last("open a Landlock rule's path"));
             }
-            let rule = PathBeneathAttr {
-                allowed_access: *rights,
+            let attr = PathBeneathAttr {
+                allowed_access: rule.rights,
                 parent_fd: fd,
             };
-            // SAFETY: rule is a valid landlock_path_beneath_attr; ruleset and fd are open.
+            // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
             let rc = unsafe {
                 libc::syscall(
                     libc::SYS_landlock_add_rule,
                     ruleset,
                     RULE_PATH_BENEATH,
-                    &rule as *const PathBeneathAttr,
+                    &attr as *const PathBeneathAttr,
                     0,
                 )
             };
@@ -128,6 +176,7 @@ impl PreparedLandlock {
                 return Err(err);
             }
         }
+        drop(dir);
         for (port, rights) in &self.ports {
             let rule = NetPortAttr {
                 allowed_access: *rights,
@@ -159,6 +208,54 @@ impl PreparedLandlock {
     }
 }
 
+/// The parent directory of the last rule opened, kept for its siblings; closed on drop.
+struct Dir<'a> {
+    key: &'a [u8],
+    fd: libc::c_int,
+}
+
+impl<'a> Dir<'a> {
+    /// `open(rule.path, O_PATH)`, relative to the kept parent directory when there is one.
+    /// Where the parent cannot be opened, the whole path is, for the exact error.
+    fn open(&mut self, rule: &'a PathRule) -> libc::c_int {
+        let flags = libc::O_PATH | libc::O_CLOEXEC;
+        let Some(parent) = rule.parent() else {
+            // SAFETY: a NUL-terminated C string that outlives the call.
+            return unsafe { libc::open(rule.path.as_ptr(), flags) };
+        };
+        if self.fd < 0 || self.key != parent {
+            self.close();
+            let mut buf = [0u8; libc::PATH_MAX as usize];
+            if parent.len() < buf.len() {
+                buf[..parent.len()].copy_from_slice(parent);
+                // SAFETY: `buf` holds the parent's bytes and a NUL after them.
+                self.fd = unsafe { libc::open(buf.as_ptr().cast(), flags | libc::O_DIRECTORY) };
+                self.key = parent;
+            }
+            if self.fd < 0 {
+                // SAFETY: a NUL-terminated C string that outlives the call.
+                return unsafe { libc::open(rule.path.as_ptr(), flags) };
+            }
+        }
+        // SAFETY: an open directory descriptor and a NUL-terminated single component.
+        unsafe { libc::openat(self.fd, rule.name().as_ptr(), flags) }
+    }
+
+    fn close(&mut self) {
+        if self.fd >= 0 {
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(self.fd) };
+            self.fd = -1;
+        }
+    }
+}
+
+impl Drop for Dir<'_> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 /// The Landlock ABI of the running kernel, 0 when Landlock is unavailable.
 pub fn abi_version() -> u32 {
     // SAFETY: the VERSION query takes no attribute pointer and size 0.
@@ -174,5 +271,26 @@ pub fn abi_version() -> u32 {
         0
     } else {
         v as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_split_into_parent_and_name_only_when_normal() {
+        let split = |p: &str| {
+            let r = PathRule::new(CString::new(p).unwrap(), 1);
+            (
+                r.parent().map(|b| String::from_utf8_lossy(b).into_owned()),
+                r.name().to_str().unwrap().to_owned(),
+            )
+        };
+        assert_eq!(split("/a"), (Some("/".into()), "a".into()));
+        assert_eq!(split("/a/bc"), (Some("/a".into()), "bc".into()));
+        for whole in ["/", "a/b", "/a/", "/a//b", "/a/./b", "/a/.."] {
+            assert_eq!(split(whole), (None, whole.into()), "{whole}");
+        }
     }
 }

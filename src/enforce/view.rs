@@ -3,52 +3,63 @@
 //!
 //! Two halves, split by the fork:
 //!
-//! * [`prepare`] runs in the parent before the fork. It checks the list and converts every
-//!   path to a `CString`; it may allocate, and it opens nothing.
+//! * [`prepare`] runs in the parent before the fork. It checks the list, converts every
+//!   path to a `CString` and sizes every buffer `apply` will need; it may allocate, and it
+//!   opens nothing.
 //! * [`PreparedView::apply`] runs in the child after the fork, as PID 1 of the run's PID
 //!   namespace, inside its own mount namespace (and user namespace when not root), with
-//!   full capabilities there. It is async-signal-safe: raw syscalls through `libc`, fixed
-//!   size arrays on the stack, no heap, no locks.
+//!   full capabilities there. It is async-signal-safe: raw syscalls through `libc`, no
+//!   heap (its buffers were sized by `prepare` and are the child's own copy after the
+//!   fork), no locks. The number of mounts is not limited by fixed-size arrays.
 //!
 //! What `apply` does, in order:
 //!
 //! 1. Makes every mount private (`MS_REC|MS_PRIVATE`), so nothing propagates to the host.
-//! 2. Pins every host source: opens it with `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`
-//!    (a symlink swapped in after `plan` is refused, `ELOOP`), compares `(dev, ino)` with the
-//!    plan's, clones it with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)` and applies the
-//!    rule's reductions (`mount_setattr`: nosuid, nodev unless a device, rdonly, noexec)
-//!    to the detached clone. Every source is cloned *before* anything is mounted, so no
-//!    mount of ours can hide or change a source.
-//! 3. Mounts the new root, a small tmpfs, over the staging directory [`STAGING`] (`/tmp`).
-//!    `/tmp` exists on every Linux host and container. Covering it happens only inside
-//!    the run's private mount namespace, never on the host, and since every source was
-//!    already cloned in step 2, sources under `/tmp` (the scratch dir, a workspace) are
-//!    unaffected. Nothing is created or written on the host.
-//! 4. Carries out the list, in order. Mountpoints are found beneath the new root one
-//!    component at a time with `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`, so a
-//!    symlink planted by a host process inside an earlier read-write bind is never
-//!    followed; a missing mountpoint is created only on a tmpfs of our own (the new root,
-//!    a mask, `/dev`), never inside a host bind (that is refused with `ENOENT`). Mounts
-//!    are attached with `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint.
-//! 5. Makes the masks, `/dev`'s tmpfs and the new root itself read-only, removes the
-//!    empty file used for file masks, `pivot_root(".", ".")` into the new root, detaches
-//!    the old root (`umount2(MNT_DETACH)`) and `chdir("/")`. Every descriptor it opened is
-//!    closed on return, on success and on error.
+//! 2. Pins the host sources that the new root will cover: those beneath the staging
+//!    directory [`STAGING`] (`/tmp`: the scratch dir, a workspace there), or above it.
+//!    Each is opened with `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)` (a symlink
+//!    swapped in after `plan` is refused, `ELOOP`), its `(dev, ino)` compared with the
+//!    plan's, and cloned with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)` with the rule's
+//!    reductions applied (`mount_setattr`: nosuid, nodev unless a device, rdonly, noexec)
+//!    to the detached clone. These few are held open until they are mounted.
+//! 3. Mounts the new root, a small tmpfs, over the staging directory. `/tmp` exists on
+//!    every Linux host and container. Covering it happens only inside the run's private
+//!    mount namespace, never on the host, and since every source beneath it was already
+//!    cloned in step 2, they are unaffected. Nothing is created or written on the host.
+//! 4. Carries out the list, in order. Every other source is pinned, checked and cloned
+//!    exactly as in step 2, just before it is mounted, and closed right after: none of our
+//!    mounts (all beneath the staging dir) can hide or change it, and thousands of binds
+//!    never hold thousands of descriptors. A source is opened relative to its parent
+//!    directory, itself opened without symlinks and kept for its next sibling.
+//!    Mountpoints are found beneath the new root one component at a time with
+//!    `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`, so a symlink planted by a host
+//!    process inside an earlier read-write bind is never followed; the directory holding
+//!    the last mountpoint is kept for the next one until a mount covers it. A missing
+//!    mountpoint is created only on a tmpfs of our own (the new root, a mask, `/dev`),
+//!    never inside a host bind (that is refused with `ENOENT`). Mounts are attached with
+//!    `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint. A mask is made
+//!    read-only as soon as the last mount inside it (a carve-out) is in place.
+//! 5. Makes `/dev`'s tmpfs and the new root itself read-only, removes the empty file used
+//!    for file masks, `pivot_root(".", ".")` into the new root, detaches the old root
+//!    (`umount2(MNT_DETACH)`) and `chdir("/")`. Every descriptor it opened is closed on
+//!    return, on success and on error.
 
 use crate::plan::Mount;
 use anyhow::{bail, Context as _};
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-/// At most this many mounts in one view (fixed-size arrays in `apply`).
-pub const MAX_MOUNTS: usize = 256;
-
 /// `StepError::index` for a step that belongs to no single mount of the list.
 pub const NO_INDEX: usize = usize::MAX;
 
 /// The host directory the new root is mounted over, inside the private mount namespace.
+/// Sources at or beneath it (or above it) are cloned before it is covered; this compares
+/// paths, so it assumes `/tmp` is a directory, not a symlink to one (a source then
+/// covered fails closed: `open source` or `source changed since plan`).
 pub const STAGING: &CStr = c"/tmp";
 
 /// The empty file bound over denied files; created in the new root, removed at the end.
@@ -138,10 +149,22 @@ fn at(index: usize) -> impl Fn((&'static str, i32)) -> StepError {
     move |(step, errno)| StepError { step, errno, index }
 }
 
-/// Everything the view needs, converted before fork (`CString`s): `apply` does not allocate.
+/// Everything the view needs, converted and sized before fork: `apply` does not allocate.
 #[derive(Debug)]
 pub struct PreparedView {
     ops: Vec<Op>,
+    /// One slot per op for a descriptor `apply` holds across ops: the early clone of a
+    /// bind's source (step 2), or a mask's tmpfs until it is sealed. `-1`: none. Cells,
+    /// because `apply` takes `&self`: it runs in the forked child, on its own copy.
+    held: Vec<Cell<i32>>,
+    /// `(after op, mask op)`, ordered by the first: each mask is made read-only right
+    /// after the last op that mounts inside it (or its own, when none does).
+    seals: Vec<(usize, usize)>,
+    /// Room for the device numbers of cordon's own tmpfs mounts that can still get
+    /// mountpoints: the new root, `/dev`, and the masks not yet sealed.
+    owned: Vec<Cell<u64>>,
+    /// How many sources step 2 holds open at once.
+    early: usize,
 }
 
 /// One mount, ready for `apply`. Targets are relative to the new root (no leading `/`).
@@ -153,6 +176,8 @@ enum Op {
         is_dir: bool,
         attr: u64,
         dev_ino: (u64, u64),
+        /// Beneath the staging dir or above it: cloned before the new root covers it.
+        early: bool,
     },
     MaskDir {
         target: CString,
@@ -172,17 +197,25 @@ enum Op {
     },
 }
 
+impl Op {
+    fn target(&self) -> &CStr {
+        match self {
+            Op::Bind { target, .. }
+            | Op::MaskDir { target }
+            | Op::MaskFile { target }
+            | Op::Proc { target }
+            | Op::Dev { target }
+            | Op::Symlink { target, .. } => target,
+        }
+    }
+}
+
 /// Check the plan's mount list and convert it for [`PreparedView::apply`]. Runs before the
 /// fork; it allocates but opens nothing.
 pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
-    if mounts.len() > MAX_MOUNTS {
-        bail!(
-            "the view has {} mounts; at most {MAX_MOUNTS} are supported",
-            mounts.len()
-        );
-    }
     let mut dev_seen = false;
     let mut ops = Vec::with_capacity(mounts.len());
+    let staging = Path::new(std::ffi::OsStr::from_bytes(STAGING.to_bytes()));
     for (i, m) in mounts.iter().enumerate() {
         let op = match m {
             Mount::Bind {
@@ -210,6 +243,7 @@ pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
                     is_dir: *is_dir,
                     attr,
                     dev_ino: *dev_ino,
+                    early: source.starts_with(staging) || staging.starts_with(source),
                 }
             }
             Mount::MaskDir { target } => Op::MaskDir {
@@ -243,7 +277,46 @@ pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
         };
         ops.push(op);
     }
-    Ok(PreparedView { ops })
+    let seals = seal_points(&ops);
+    let early = ops
+        .iter()
+        .filter(|op| matches!(op, Op::Bind { early: true, .. }))
+        .count();
+    Ok(PreparedView {
+        held: (0..ops.len()).map(|_| Cell::new(-1)).collect(),
+        owned: (0..seals.len() + 2).map(|_| Cell::new(0)).collect(),
+        seals,
+        early,
+        ops,
+    })
+}
+
+/// For each mask, the last op whose target lies beneath it (the mask itself when none
+/// does): `(after op, mask op)`, ordered. Found by looking each target's ancestors up in
+/// a map of the masks, so thousands of mounts cost thousands of lookups.
+fn seal_points(ops: &[Op]) -> Vec<(usize, usize)> {
+    let masks: HashMap<&[u8], usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op, Op::MaskDir { .. }))
+        .map(|(i, op)| (op.target().to_bytes(), i))
+        .collect();
+    let mut after: HashMap<usize, usize> = masks.values().map(|&m| (m, m)).collect();
+    if !masks.is_empty() {
+        for (j, op) in ops.iter().enumerate() {
+            let mut t = op.target().to_bytes();
+            while let Some(cut) = t.iter().rposition(|c| *c == b'/') {
+                t = &t[..cut];
+                if let Some(m) = masks.get(t) {
+                    let last = after.get_mut(m).expect("every mask has an entry");
+                    *last = (*last).max(j);
+                }
+            }
+        }
+    }
+    let mut seals: Vec<(usize, usize)> = after.into_iter().map(|(m, j)| (j, m)).collect();
+    seals.sort_unstable();
+    seals
 }
 
 /// A normalized absolute host path as a C string.
@@ -295,12 +368,17 @@ impl PreparedView {
     /// the process is in an undefined half-built view and must exit.
     pub fn apply(&self) -> Result<(), StepError> {
         let global = at(NO_INDEX);
+        // Step 2 holds its sources open at once: make room when there are very many.
+        let _nofile = NofileAtLeast::raise(self.early + 64);
+        // Whatever is still held when this returns, on success or error, is closed (before
+        // the limit above is restored: locals drop in reverse order).
+        let _held = CloseHeld(&self.held);
 
         // 1. Nothing propagates back to the host.
         sys_mount(c"/", libc::MS_REC | libc::MS_PRIVATE).map_err(&global)?;
 
-        // 2. Pin and clone every source before anything is mounted.
-        let mut trees = [const { Fd(-1) }; MAX_MOUNTS];
+        // 2. Pin and clone the sources the new root will cover, before it is mounted.
+        let mut sources = DirCache::new();
         let mut nodes = [const { Fd(-1) }; DEV_NODES.len()];
         for (i, op) in self.ops.iter().enumerate() {
             match op {
@@ -309,9 +387,12 @@ impl PreparedView {
                     is_dir,
                     attr,
                     dev_ino,
+                    early: true,
                     ..
                 } => {
-                    trees[i] = clone_source(source, *is_dir, *dev_ino, *attr).map_err(at(i))?;
+                    let tree = clone_source(&mut sources, source, *is_dir, *dev_ino, *attr)
+                        .map_err(at(i))?;
+                    self.held[i].set(tree.into_raw());
                 }
                 Op::Dev { .. } => {
                     for (slot, (host, _)) in nodes.iter_mut().zip(DEV_NODES) {
@@ -330,20 +411,37 @@ impl PreparedView {
         )
         .map_err(&global)?;
         move_mount_to_path(root.0, STAGING).map_err(&global)?;
-        let mut owned = Owned::new();
+        let owned = Owned::new(&self.owned);
         owned.add(root.0).map_err(&global)?;
 
         // 4. The list, in order.
-        let mut masks = [const { Fd(-1) }; MAX_MOUNTS];
+        let mut points = DirCache::new();
+        let mut seals = self.seals.iter().peekable();
         let mut devfs = Fd(-1);
         let mut empty = Fd(-1);
         for (i, op) in self.ops.iter().enumerate() {
             let err = at(i);
             match op {
-                Op::Bind { target, is_dir, .. } => {
+                Op::Bind {
+                    source,
+                    target,
+                    is_dir,
+                    attr,
+                    dev_ino,
+                    early,
+                } => {
+                    let tree = if *early {
+                        Fd(self.held[i].replace(-1))
+                    } else {
+                        clone_source(&mut sources, source, *is_dir, *dev_ino, *attr)
+                            .map_err(&err)?
+                    };
                     let leaf = if *is_dir { Leaf::Dir } else { Leaf::File };
-                    let point = open_beneath(root.0, target, leaf, &owned).map_err(&err)?;
-                    move_mount_fd(trees[i].0, point.0).map_err(&err)?;
+                    let point = points
+                        .open_point(root.0, target, leaf, &owned)
+                        .map_err(&err)?;
+                    move_mount_fd(tree.0, point.0).map_err(&err)?;
+                    points.covered(target);
                 }
                 Op::MaskDir { target } => {
                     let fs = new_fs(
@@ -352,10 +450,13 @@ impl PreparedView {
                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = open_beneath(root.0, target, Leaf::Dir, &owned).map_err(&err)?;
+                    let point = points
+                        .open_point(root.0, target, Leaf::Dir, &owned)
+                        .map_err(&err)?;
                     move_mount_fd(fs.0, point.0).map_err(&err)?;
+                    points.covered(target);
                     owned.add(fs.0).map_err(&err)?;
-                    masks[i] = fs;
+                    self.held[i].set(fs.into_raw());
                 }
                 Op::MaskFile { target } => {
                     if empty.0 < 0 {
@@ -372,8 +473,11 @@ impl PreparedView {
                             | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = open_beneath(root.0, target, Leaf::File, &owned).map_err(&err)?;
+                    let point = points
+                        .open_point(root.0, target, Leaf::File, &owned)
+                        .map_err(&err)?;
                     move_mount_fd(tree.0, point.0).map_err(&err)?;
+                    points.covered(target);
                 }
                 Op::Proc { target } => {
                     let fs = new_fs(
@@ -382,28 +486,35 @@ impl PreparedView {
                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = open_beneath(root.0, target, Leaf::Dir, &owned).map_err(&err)?;
+                    let point = points
+                        .open_point(root.0, target, Leaf::Dir, &owned)
+                        .map_err(&err)?;
                     move_mount_fd(fs.0, point.0).map_err(&err)?;
+                    points.covered(target);
                 }
                 Op::Dev { target } => {
-                    devfs = build_dev(root.0, target, &mut owned, &nodes).map_err(&err)?;
+                    devfs = build_dev(root.0, target, &owned, &nodes).map_err(&err)?;
+                    points.covered(target);
                 }
                 Op::Symlink { target, link } => {
-                    let (dir, name) = parent_beneath(root.0, target, &owned).map_err(&err)?;
-                    if !owned.contains(dir.0).map_err(&err)? {
+                    let (dir, name) = points.parent(root.0, target, &owned).map_err(&err)?;
+                    if !points.mine(&owned).map_err(&err)? {
                         return Err(err(("symlink inside a host bind", libc::EPERM)));
                     }
                     // SAFETY: both strings are NUL-terminated and outlive the call.
-                    let r = unsafe { libc::symlinkat(link.as_ptr(), dir.0, name.as_ptr()) };
+                    let r = unsafe { libc::symlinkat(link.as_ptr(), dir, name.as_ptr()) };
                     check(r, "symlink").map_err(&err)?;
                 }
+            }
+            // Masks with nothing more to mount inside them are sealed now.
+            while let Some(&(_, mask)) = seals.next_if(|(after, _)| *after == i) {
+                let fs = Fd(self.held[mask].replace(-1));
+                set_attr(fs.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
+                owned.remove(fs.0).map_err(&global)?;
             }
         }
 
         // 5. Seal and pivot.
-        for mask in masks.iter().filter(|m| m.0 >= 0) {
-            set_attr(mask.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
-        }
         if devfs.0 >= 0 {
             set_attr(devfs.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
         }
@@ -412,14 +523,159 @@ impl PreparedView {
             let r = unsafe { libc::unlinkat(root.0, EMPTY_FILE.as_ptr(), 0) };
             check(r, "remove the empty mask file").map_err(&global)?;
         }
+        drop(points);
+        drop(sources);
         set_attr(root.0, 0, MOUNT_ATTR_RDONLY).map_err(&global)?;
         pivot(root.0).map_err(&global)
+    }
+}
+
+/// Closes the descriptors left in a [`PreparedView`]'s slots when `apply` returns.
+struct CloseHeld<'a>(&'a [Cell<i32>]);
+
+impl Drop for CloseHeld<'_> {
+    fn drop(&mut self) {
+        for slot in self.0 {
+            drop(Fd(slot.replace(-1)));
+        }
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to at least `need` (up to the hard limit) while it
+/// lives, and restores it: the command gets the limit it would have had.
+struct NofileAtLeast(Option<libc::rlimit>);
+
+impl NofileAtLeast {
+    fn raise(need: usize) -> NofileAtLeast {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `old` is a valid, writable rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) } != 0 {
+            return NofileAtLeast(None);
+        }
+        let need = need as libc::rlim_t;
+        if old.rlim_cur >= need || old.rlim_cur == libc::RLIM_INFINITY {
+            return NofileAtLeast(None);
+        }
+        let new = libc::rlimit {
+            rlim_cur: need.min(old.rlim_max),
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: `new` is a valid rlimit no higher than the hard limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
+            return NofileAtLeast(None);
+        }
+        NofileAtLeast(Some(old))
+    }
+}
+
+impl Drop for NofileAtLeast {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            // SAFETY: restoring the limit read before; every descriptor above it that
+            // `apply` opened is closed by then.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, old) };
+        }
+    }
+}
+
+/// The directory that held the last path opened, kept for the next one (siblings come
+/// together in the plan's list). The key borrows the path's bytes from the prepared
+/// view: no allocation.
+struct DirCache<'a> {
+    key: &'a [u8],
+    dir: Fd,
+    /// For mountpoints: whether the directory is on a tmpfs of our own; found on demand.
+    mine: Option<bool>,
+}
+
+impl<'a> DirCache<'a> {
+    fn new() -> DirCache<'a> {
+        DirCache {
+            key: &[],
+            dir: Fd(-1),
+            mine: None,
+        }
+    }
+
+    fn hit(&self, key: &[u8]) -> bool {
+        self.dir.0 >= 0 && self.key == key
+    }
+
+    fn keep(&mut self, key: &'a [u8], dir: Fd) {
+        self.key = key;
+        self.dir = dir;
+        self.mine = None;
+    }
+
+    /// The directory holding the last component of `rel` beneath the new root `root`
+    /// (created as needed on our own tmpfs), and that component. The descriptor stays
+    /// owned by the cache.
+    fn parent(&mut self, root: i32, rel: &'a CStr, owned: &Owned<'_>) -> Step<(i32, Name)> {
+        let bytes = rel.to_bytes();
+        let (dir, last) = match bytes.iter().rposition(|c| *c == b'/') {
+            Some(cut) => (&bytes[..cut], &bytes[cut + 1..]),
+            None => (&bytes[..0], bytes),
+        };
+        if !self.hit(dir) {
+            let fd = walk_beneath(root, dir, owned)?;
+            self.keep(dir, fd);
+        }
+        Ok((self.dir.0, Name::new(last)?))
+    }
+
+    /// Whether the kept directory is on a tmpfs of our own.
+    fn mine(&mut self, owned: &Owned<'_>) -> Step<bool> {
+        match self.mine {
+            Some(mine) => Ok(mine),
+            None => {
+                let mine = owned.contains(self.dir.0)?;
+                self.mine = Some(mine);
+                Ok(mine)
+            }
+        }
+    }
+
+    /// Open the mountpoint `rel` beneath `root`, creating what is missing only on a tmpfs
+    /// of cordon's own. Never follows a symlink.
+    fn open_point(&mut self, root: i32, rel: &'a CStr, leaf: Leaf, owned: &Owned<'_>) -> Step<Fd> {
+        let (dir, name) = self.parent(root, rel, owned)?;
+        if self.mine(owned)? {
+            // On our own tmpfs the mountpoint is usually missing: create it first (an
+            // existing one is fine) rather than look it up twice.
+            return create_leaf(dir, &name, leaf, true);
+        }
+        match try_open_leaf(dir, &name, leaf) {
+            Ok(fd) => Ok(fd),
+            Err(libc::ENOENT) => create_leaf(dir, &name, leaf, false),
+            Err(e) => Err(("open mountpoint", e)),
+        }
+    }
+
+    /// A mount now covers `rel`: a kept directory at or beneath it is the one underneath.
+    fn covered(&mut self, rel: &CStr) {
+        let t = rel.to_bytes();
+        let k = self.key;
+        if self.dir.0 >= 0 && k.starts_with(t) && (k.len() == t.len() || k[t.len()] == b'/') {
+            self.dir = Fd(-1);
+        }
     }
 }
 
 /// An owned file descriptor, closed on drop (`-1`: none). `close` is async-signal-safe.
 #[derive(Debug)]
 struct Fd(i32);
+
+impl Fd {
+    /// Give up ownership: the caller closes the descriptor.
+    fn into_raw(self) -> i32 {
+        let fd = self.0;
+        std::mem::forget(self);
+        fd
+    }
+}
 
 impl Drop for Fd {
     fn drop(&mut self) {
@@ -600,14 +856,14 @@ fn new_fs(fstype: &'static CStr, opts: &[(&CStr, &CStr)], attrs: u64) -> Step<Fd
 
 /// Open a host source without following any symlink, check it against the plan, and clone
 /// it detached with the rule's reductions applied.
-fn clone_source(source: &CStr, is_dir: bool, dev_ino: (u64, u64), attr: u64) -> Step<Fd> {
-    let fd = openat2(
-        libc::AT_FDCWD,
-        source,
-        libc::O_PATH,
-        RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|e| ("open source", e))?;
+fn clone_source<'a>(
+    dirs: &mut DirCache<'a>,
+    source: &'a CStr,
+    is_dir: bool,
+    dev_ino: (u64, u64),
+    attr: u64,
+) -> Step<Fd> {
+    let fd = open_source(dirs, source).map_err(|e| ("open source", e))?;
     let st = fstat(fd.0).map_err(|e| ("open source", e))?;
     let now_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
     if (dev_ino != (0, 0) && (st.st_dev, st.st_ino) != dev_ino) || now_dir != is_dir {
@@ -616,6 +872,38 @@ fn clone_source(source: &CStr, is_dir: bool, dev_ino: (u64, u64), attr: u64) -> 
     let tree = open_tree(fd.0, libc::AT_RECURSIVE as libc::c_uint)?;
     set_attr(tree.0, libc::AT_RECURSIVE as libc::c_uint, attr)?;
     Ok(tree)
+}
+
+/// `openat2(source, O_PATH, RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`, the leaf relative
+/// to its parent directory, which was opened the same way and is kept in `dirs` for the
+/// next sibling. Where the parent cannot be opened, the whole path is, for the exact error.
+fn open_source<'a>(dirs: &mut DirCache<'a>, source: &'a CStr) -> Result<Fd, i32> {
+    let resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    let bytes = source.to_bytes_with_nul();
+    let cut = match bytes.iter().rposition(|c| *c == b'/') {
+        Some(cut) if cut + 2 < bytes.len() => cut,
+        _ => return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve), // `/`
+    };
+    let parent = if cut == 0 { &bytes[..1] } else { &bytes[..cut] };
+    if !dirs.hit(parent) {
+        let mut buf = [0u8; libc::PATH_MAX as usize];
+        if parent.len() >= buf.len() {
+            return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve);
+        }
+        buf[..parent.len()].copy_from_slice(parent);
+        let c_parent = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EINVAL)?;
+        match openat2(
+            libc::AT_FDCWD,
+            c_parent,
+            libc::O_PATH | libc::O_DIRECTORY,
+            resolve,
+        ) {
+            Ok(fd) => dirs.keep(parent, fd),
+            Err(_) => return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve),
+        }
+    }
+    let name = CStr::from_bytes_with_nul(&bytes[cut + 1..]).map_err(|_| libc::EINVAL)?;
+    openat2(dirs.dir.0, name, libc::O_PATH, resolve | RESOLVE_BENEATH)
 }
 
 /// A host character device for the minimal `/dev`, cloned nosuid+noexec (device
@@ -641,7 +929,7 @@ fn clone_dev_node(host: &CStr) -> Step<Fd> {
 }
 
 /// The minimal `/dev`: returns its tmpfs, to be made read-only at the end.
-fn build_dev(root: i32, target: &CStr, owned: &mut Owned, nodes: &[Fd]) -> Step<Fd> {
+fn build_dev(root: i32, target: &CStr, owned: &Owned<'_>, nodes: &[Fd]) -> Step<Fd> {
     let dev = new_fs(
         c"tmpfs",
         &[(c"mode", c"0755"), (c"size", c"64k")],
@@ -711,33 +999,48 @@ impl Name {
     }
 }
 
-/// The device numbers of the tmpfs mounts cordon made: the only places it creates files.
-struct Owned {
-    devs: [u64; MAX_MOUNTS + 4],
-    len: usize,
+/// The device numbers of the tmpfs mounts cordon made that can still get mountpoints: the
+/// only places it creates files. Stored in the prepared view's cells (room for the new
+/// root, `/dev` and every mask); a sealed mask leaves the set, so it stays small.
+struct Owned<'a> {
+    devs: &'a [Cell<u64>],
+    len: Cell<usize>,
 }
 
-impl Owned {
-    fn new() -> Owned {
+impl<'a> Owned<'a> {
+    fn new(devs: &'a [Cell<u64>]) -> Owned<'a> {
         Owned {
-            devs: [0; MAX_MOUNTS + 4],
-            len: 0,
+            devs,
+            len: Cell::new(0),
         }
     }
 
-    fn add(&mut self, fd: i32) -> Step<()> {
+    fn add(&self, fd: i32) -> Step<()> {
         let st = fstat(fd).map_err(|e| ("stat a new tmpfs", e))?;
-        if self.len == self.devs.len() {
+        let len = self.len.get();
+        if len == self.devs.len() {
             return Err(("too many tmpfs mounts", libc::ENOSPC));
         }
-        self.devs[self.len] = st.st_dev;
-        self.len += 1;
+        self.devs[len].set(st.st_dev);
+        self.len.set(len + 1);
+        Ok(())
+    }
+
+    fn remove(&self, fd: i32) -> Step<()> {
+        let st = fstat(fd).map_err(|e| ("stat a sealed tmpfs", e))?;
+        let len = self.len.get();
+        if let Some(i) = self.devs[..len].iter().position(|d| d.get() == st.st_dev) {
+            self.devs[i].set(self.devs[len - 1].get());
+            self.len.set(len - 1);
+        }
         Ok(())
     }
 
     fn contains(&self, fd: i32) -> Step<bool> {
         let st = fstat(fd).map_err(|e| ("stat a mountpoint's directory", e))?;
-        Ok(self.devs[..self.len].contains(&st.st_dev))
+        Ok(self.devs[..self.len.get()]
+            .iter()
+            .any(|d| d.get() == st.st_dev))
     }
 }
 
@@ -749,45 +1052,54 @@ enum Leaf {
 
 /// Open `rel` beneath `base`, creating what is missing (directories, and the leaf as a
 /// directory or an empty file) only on a tmpfs of cordon's own. Never follows a symlink.
-fn open_beneath(base: i32, rel: &CStr, leaf: Leaf, owned: &Owned) -> Step<Fd> {
-    let (dir, name) = parent_beneath(base, rel, owned)?;
-    open_leaf(dir.0, &name, leaf, owned)
+fn open_beneath(base: i32, rel: &CStr, leaf: Leaf, owned: &Owned<'_>) -> Step<Fd> {
+    let bytes = rel.to_bytes();
+    let (dir, last) = match bytes.iter().rposition(|c| *c == b'/') {
+        Some(cut) => (&bytes[..cut], &bytes[cut + 1..]),
+        None => (&bytes[..0], bytes),
+    };
+    let dir = walk_beneath(base, dir, owned)?;
+    open_leaf(dir.0, &Name::new(last)?, leaf, owned)
 }
 
-/// The directory holding the last component of `rel` (created as needed), and that
-/// component.
-fn parent_beneath(base: i32, rel: &CStr, owned: &Owned) -> Step<(Fd, Name)> {
+/// Open the directory `rel` (its components separated by `/`; empty: `base` itself)
+/// beneath `base`, creating missing directories only on a tmpfs of cordon's own.
+fn walk_beneath(base: i32, rel: &[u8], owned: &Owned<'_>) -> Step<Fd> {
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we hold; the result is owned by `Fd`.
     let r = unsafe { libc::fcntl(base, libc::F_DUPFD_CLOEXEC, 0) };
     let mut dir = check_fd(r as libc::c_long, "dup")?;
-    let mut parts = rel
-        .to_bytes()
-        .split(|b| *b == b'/')
-        .filter(|c| !c.is_empty())
-        .peekable();
-    while let Some(part) = parts.next() {
-        let name = Name::new(part)?;
-        if parts.peek().is_none() {
-            return Ok((dir, name));
-        }
-        dir = open_leaf(dir.0, &name, Leaf::Dir, owned)?;
+    for part in rel.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        dir = open_leaf(dir.0, &Name::new(part)?, Leaf::Dir, owned)?;
     }
-    Err(("empty target", libc::EINVAL))
+    Ok(dir)
 }
 
-fn open_leaf(dir: i32, name: &Name, leaf: Leaf, owned: &Owned) -> Step<Fd> {
-    let flags = libc::O_PATH
+fn open_leaf(dir: i32, name: &Name, leaf: Leaf, owned: &Owned<'_>) -> Step<Fd> {
+    match try_open_leaf(dir, name, leaf) {
+        Ok(fd) => Ok(fd),
+        Err(libc::ENOENT) => create_leaf(dir, name, leaf, owned.contains(dir)?),
+        Err(e) => Err(("open mountpoint", e)),
+    }
+}
+
+fn leaf_flags(leaf: Leaf) -> i32 {
+    libc::O_PATH
         | match leaf {
             Leaf::Dir => libc::O_DIRECTORY,
             Leaf::File => 0,
-        };
-    let resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    match openat2(dir, name.as_cstr(), flags, resolve) {
-        Ok(fd) => return Ok(fd),
-        Err(libc::ENOENT) => {}
-        Err(e) => return Err(("open mountpoint", e)),
-    }
-    if !owned.contains(dir)? {
+        }
+}
+
+const LEAF_RESOLVE: u64 = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+
+fn try_open_leaf(dir: i32, name: &Name, leaf: Leaf) -> Result<Fd, i32> {
+    openat2(dir, name.as_cstr(), leaf_flags(leaf), LEAF_RESOLVE)
+}
+
+/// Create a missing mountpoint in `dir`, which must be on a tmpfs of cordon's own
+/// (`mine`), and open it.
+fn create_leaf(dir: i32, name: &Name, leaf: Leaf, mine: bool) -> Step<Fd> {
+    if !mine {
         return Err(("mountpoint missing inside a host bind", libc::ENOENT));
     }
     let r = match leaf {
@@ -806,7 +1118,7 @@ fn open_leaf(dir: i32, name: &Name, leaf: Leaf, owned: &Owned) -> Step<Fd> {
     if r < 0 && errno() != libc::EEXIST {
         return Err(("create mountpoint", errno()));
     }
-    openat2(dir, name.as_cstr(), flags, resolve).map_err(|e| ("open mountpoint", e))
+    try_open_leaf(dir, name, leaf).map_err(|e| ("open mountpoint", e))
 }
 
 /// Pivot into `root` and detach the old root.
@@ -1378,13 +1690,89 @@ mod tests {
             target: "/dev".into(),
         };
         assert!(prepare(&[dev.clone(), dev]).is_err());
-        let many: Vec<Mount> = (0..=MAX_MOUNTS).map(|i| m(&format!("/m{i}"))).collect();
-        assert!(prepare(&many).is_err());
+        // No fixed limit on the number of mounts.
+        let many: Vec<Mount> = (0..10_000).map(|i| m(&format!("/m{i}"))).collect();
+        assert_eq!(prepare(&many).unwrap().len(), 10_000);
         let v = prepare(&[m("/a/b")]).unwrap();
         assert_eq!(v.len(), 1);
         assert!(
             matches!(&v.ops[0], Op::MaskDir { target } if target.as_c_str() == cstr("a/b").as_c_str())
         );
+    }
+
+    fn nofile_soft() -> libc::rlim_t {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `r` is a valid, writable rlimit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
+        r.rlim_cur
+    }
+
+    /// Far more binds and masks than descriptors: sources outside the staging dir are
+    /// cloned one at a time; the many beneath it are held with a raised limit, restored.
+    #[test]
+    fn many_mounts_with_few_descriptors() {
+        if !is_root() {
+            return;
+        }
+        const N: usize = 700;
+        let late = TempDir::under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/view-tests"));
+        let early = TempDir::new(); // beneath /tmp
+        let mut mounts = system_mounts();
+        for base in [&late.0, &early.0] {
+            let rw = base.join("rw");
+            fs::create_dir(&rw).unwrap();
+            mounts.push(bind(&rw, false, false));
+            for i in 0..N {
+                let d = rw.join(format!("d{i:04}"));
+                fs::create_dir(&d).unwrap();
+                fs::write(d.join("secret"), "s").unwrap();
+                mounts.push(bind(&d, true, false));
+            }
+            for i in 0..N {
+                mounts.push(Mount::MaskFile {
+                    target: rw.join(format!("d{i:04}/secret")),
+                });
+            }
+        }
+        let view = prepare(&mounts).unwrap();
+        let (late, early) = (late.0.clone(), early.0.clone());
+        let r = in_namespaces(false, || {
+            let mut low = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: `low` is a valid, writable rlimit.
+            let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut low) } == 0;
+            low.rlim_cur = 128;
+            // SAFETY: a valid rlimit: only the soft limit is lowered.
+            let lowered = read && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) } == 0;
+            if !lowered || low.rlim_max < 2048 {
+                return Err("setrlimit".into());
+            }
+            view.apply().map_err(|e| e.to_string())?;
+            ensure(nofile_soft() == 128, "RLIMIT_NOFILE not restored")?;
+            for base in [&late, &early] {
+                for i in [0, N / 2, N - 1] {
+                    let d = base.join(format!("rw/d{i:04}"));
+                    ensure(d.is_dir(), &format!("{} missing", d.display()))?;
+                    ensure(
+                        errno_of(fs::write(d.join("new"), "x")) == Some(libc::EROFS),
+                        &format!("{} is writable", d.display()),
+                    )?;
+                    ensure(
+                        fs::read(d.join("secret")).is_ok_and(|c| c.is_empty()),
+                        &format!("{}/secret is not masked", d.display()),
+                    )?;
+                }
+                fs::write(base.join("rw/top"), "x").map_err(|e| format!("rw: {e}"))?;
+            }
+            Ok(())
+        });
+        r.unwrap();
+        assert!(late.join("rw/top").exists() && early.join("rw/top").exists());
     }
 
     /// The real pipeline: the built-in `default` profile through `plan::build`, with the

@@ -11,7 +11,7 @@ use super::{
     Policy, DEFAULT_KILL_GRACE, LIMIT_KEYS,
 };
 use crate::units::{parse_duration, parse_size};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
@@ -79,6 +79,12 @@ struct Merger<'a> {
     stack: Vec<String>,
     loaded: HashSet<String>,
     policy: Policy,
+    /// The rules so far, in order; `None` where a later rule for the same path replaced
+    /// one. Compacted into `policy.rules` by `finish`.
+    rules: Vec<Option<PathRule>>,
+    /// Where the live rule for each path is in `rules`: replacing one is O(1), so
+    /// thousands of rules load in linear time.
+    rule_at: HashMap<std::ffi::OsString, usize>,
 }
 
 impl<'a> Merger<'a> {
@@ -87,6 +93,8 @@ impl<'a> Merger<'a> {
             ctx,
             stack: Vec::new(),
             loaded: HashSet::new(),
+            rules: Vec::new(),
+            rule_at: HashMap::new(),
             policy: Policy {
                 sources: Vec::new(),
                 rules: Vec::new(),
@@ -148,6 +156,7 @@ impl<'a> Merger<'a> {
     }
 
     fn merge_file(&mut self, src: &Source, file: PolicyFile) -> Result<(), PolicyError> {
+        let lines = LineIndex::new(&src.text);
         let fs = file.fs;
         for (access, list) in [
             (Access::Ro, fs.ro),
@@ -163,7 +172,7 @@ impl<'a> Merger<'a> {
                     path,
                     optional,
                     access,
-                    origin: origin_at(src, entry.span().start),
+                    origin: lines.origin(src, entry.span().start),
                 });
             }
         }
@@ -204,14 +213,14 @@ impl<'a> Merger<'a> {
                 .map_err(|m| span_error(src, &entry, m))?;
             self.policy.net_allow.push(Located {
                 value: entry.get_ref().clone(),
-                origin: origin_at(src, entry.span().start),
+                origin: lines.origin(src, entry.span().start),
             });
         }
         for (name, ip) in net.hosts {
             crate::egress::parse_host_pin(&format!("{name}={}", ip.get_ref()))
                 .map_err(|m| span_error(src, &ip, m))?;
             self.policy.net_hosts.push(Located {
-                origin: origin_at(src, ip.span().start),
+                origin: lines.origin(src, ip.span().start),
                 value: (name, ip.into_inner()),
             });
         }
@@ -292,11 +301,13 @@ impl<'a> Merger<'a> {
     /// Add a rule; a later rule for the very same path replaces the earlier one, so a file
     /// that extends a profile, and the command line, can change what the profile said.
     fn add_rule(&mut self, rule: PathRule) {
-        // Paths are normalised: comparing bytes is exact and cheaper than by component.
-        self.policy
-            .rules
-            .retain(|r| r.path.as_os_str() != rule.path.as_os_str());
-        self.policy.rules.push(rule);
+        // Paths are normalised: equal bytes are the same path.
+        // Keyed by bytes: hashing a `Path` goes component by component.
+        let key = rule.path.as_os_str().to_os_string();
+        if let Some(earlier) = self.rule_at.insert(key, self.rules.len()) {
+            self.rules[earlier] = None;
+        }
+        self.rules.push(Some(rule));
     }
 
     fn set_env(&mut self, name: String, value: String) {
@@ -387,7 +398,8 @@ impl<'a> Merger<'a> {
         Ok(())
     }
 
-    fn finish(self) -> Policy {
+    fn finish(mut self) -> Policy {
+        self.policy.rules = self.rules.into_iter().flatten().collect();
         self.policy
     }
 }
@@ -521,10 +533,30 @@ fn span_error<T>(src: &Source, value: &Spanned<T>, message: impl Into<String>) -
     PolicyError::at(&src.display, &src.text, Some(value.span()), message)
 }
 
-fn origin_at(src: &Source, offset: usize) -> Origin {
-    Origin {
-        source: src.display.clone(),
-        line: line_of(&src.text, offset),
+/// Line numbers by offset for one text, counted once: a file with thousands of rules
+/// would otherwise be scanned from the top for each of them.
+struct LineIndex {
+    /// Offsets of every `\n`, ascending.
+    newlines: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> LineIndex {
+        let newlines = text
+            .bytes()
+            .enumerate()
+            .filter(|(_, b)| *b == b'\n')
+            .map(|(i, _)| i)
+            .collect();
+        LineIndex { newlines }
+    }
+
+    /// Where `offset` of `src` is: the same line as `line_of(&src.text, offset)`.
+    fn origin(&self, src: &Source, offset: usize) -> Origin {
+        Origin {
+            source: src.display.clone(),
+            line: Some(self.newlines.partition_point(|&nl| nl < offset) + 1),
+        }
     }
 }
 
@@ -675,9 +707,22 @@ pub fn expand_path(
     Ok((normalize(&path), optional))
 }
 
+/// Absolute, with no `.`, `..`, doubled or trailing slash: what `normalize` returns.
+fn is_normal(path: &Path) -> bool {
+    let b = path.as_os_str().as_encoded_bytes();
+    b == b"/"
+        || (b.first() == Some(&b'/')
+            && b[1..]
+                .split(|c| *c == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".."))
+}
+
 /// Remove `.` and `..` lexically, so rules compare by components. Symlinks are resolved
 /// later, by `plan`.
 fn normalize(path: &Path) -> PathBuf {
+    if is_normal(path) {
+        return path.to_path_buf(); // the common case, with thousands of rules
+    }
     let mut out = PathBuf::from("/");
     for c in path.components() {
         match c {
@@ -717,6 +762,68 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn normalize_keeps_normal_paths_and_makes_the_rest_normal() {
+        for (raw, want) in [
+            ("/", "/"),
+            ("/a/b", "/a/b"),
+            ("/a/./b/", "/a/b"),
+            ("/a//b", "/a/b"),
+            ("/a/../b", "/b"),
+            ("/..", "/"),
+            ("/a/.b/..c", "/a/.b/..c"),
+        ] {
+            let got = normalize(Path::new(raw));
+            assert_eq!(got, Path::new(want), "{raw}");
+            assert_eq!(got.as_os_str(), want, "{raw}");
+            assert!(is_normal(&got), "{raw}");
+        }
+        assert!(!is_normal(Path::new("/a/")));
+        assert!(!is_normal(Path::new("a/b")));
+    }
+
+    #[test]
+    fn line_index_agrees_with_line_of() {
+        let text = "a\n\nbc\nd";
+        let src = Source {
+            id: "t".into(),
+            display: "t".into(),
+            text: text.into(),
+            dir: None,
+        };
+        let lines = LineIndex::new(text);
+        for offset in 0..=text.len() + 1 {
+            assert_eq!(
+                lines.origin(&src, offset).line,
+                line_of(text, offset),
+                "{offset}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_rule_for_the_same_path_replaces_the_earlier_one() {
+        let ctx = ctx();
+        let mut m = Merger::new(&ctx);
+        for (path, access) in [("/a", Access::Ro), ("/b", Access::Ro), ("/a", Access::Rw)] {
+            m.add_rule(PathRule {
+                path: path.into(),
+                optional: false,
+                access,
+                origin: Origin::command_line("--ro"),
+            });
+        }
+        let rules = m.finish().rules;
+        let got: Vec<_> = rules.iter().map(|r| (r.path.clone(), r.access)).collect();
+        assert_eq!(
+            got,
+            [
+                (PathBuf::from("/b"), Access::Ro),
+                (PathBuf::from("/a"), Access::Rw)
+            ]
+        );
     }
 
     #[test]

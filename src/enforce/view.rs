@@ -1718,7 +1718,8 @@ mod tests {
             return;
         }
         const N: usize = 700;
-        let late = TempDir::under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/view-tests"));
+        // Outside the staging dir whatever the checkout's location.
+        let late = TempDir::under(Path::new("/var/tmp/cordon-view-tests"));
         let early = TempDir::new(); // beneath /tmp
         let mut mounts = system_mounts();
         for base in [&late.0, &early.0] {
@@ -1781,11 +1782,12 @@ mod tests {
         use crate::plan::{self, Facts};
         use crate::policy::{load, Context, Overrides};
         // Not under /tmp, which the private tmp covers; the traversal to it must be open
-        // to uid 65534.
+        // to uid 65534. /var/tmp, not the checkout: a checkout may itself lie under /tmp
+        // (or under a home uid 65534 cannot traverse).
         let base = if under_tmp {
             TempDir::new()
         } else {
-            TempDir::under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("target/view-tests"))
+            TempDir::under(Path::new("/var/tmp/cordon-view-tests"))
         };
         let f = fixture_in(base, unprivileged.then_some(NOBODY));
         // The current directory is the home: its keys must still be hidden.

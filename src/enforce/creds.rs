@@ -179,24 +179,20 @@ fn capget() -> Result<[CapData; 2], StepError> {
 /// `CAP_SETPCAP` (see [`drop_all_capabilities`] for why that is safe).
 fn drop_bounding_set() -> Result<(), StepError> {
     let can_setpcap = capget()?[0].effective & (1 << CAP_SETPCAP) != 0;
+    if !can_setpcap {
+        return Ok(()); // cannot drop, and nothing to lose
+    }
+    // Dropping a capability that is not in the set succeeds, so one call per
+    // capability (not a read and a drop) until the kernel says we are past its last.
     for cap in 0..CAP_UPPER_BOUND {
         // SAFETY: integer-only prctl.
-        let present = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
-        if present < 0 {
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        if rc < 0 {
             if Errno::last_raw() == libc::EINVAL {
                 break; // past the kernel's last capability
             }
-            return Err(StepError::last("PR_CAPBSET_READ"));
+            return Err(StepError::last("PR_CAPBSET_DROP"));
         }
-        if present == 0 {
-            continue;
-        }
-        if !can_setpcap {
-            break; // cannot drop, and nothing to lose
-        }
-        // SAFETY: integer-only prctl.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
-        check("PR_CAPBSET_DROP", rc as libc::c_long)?;
     }
     Ok(())
 }
@@ -225,7 +221,15 @@ fn drop_bounding_set() -> Result<(), StepError> {
 /// `"verify capabilities"` if any is non-zero.
 pub fn drop_all_capabilities() -> Result<(), StepError> {
     drop_bounding_set()?;
+    clear_capabilities()
+}
 
+/// Empty the ambient, inheritable, permitted and effective sets, and check.
+///
+/// Exists alone for the sandbox's init, which never executes anything: the
+/// bounding set only limits what `execve` can grant, so emptying it there would
+/// be work for nothing on every launch.
+pub fn clear_capabilities() -> Result<(), StepError> {
     // SAFETY: integer-only prctl.
     let rc = unsafe {
         libc::prctl(

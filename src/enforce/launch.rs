@@ -517,7 +517,7 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
         }
     }
     // init needs no privilege to reap and forward: drop it before waiting.
-    let _ = creds::drop_all_capabilities();
+    let _ = creds::clear_capabilities();
     let _ = creds::set_no_new_privs();
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };

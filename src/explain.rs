@@ -272,14 +272,17 @@ pub fn why_text(plan: &Plan, path: &Path) -> String {
                 rule.access.name().to_string()
             };
             let layer = match rule.layer {
-                Layer::ViewAndLandlock => "the view's bind mount and Landlock",
-                Layer::View => "the view",
-                Layer::Landlock => "Landlock",
-                Layer::NotNeeded => "nothing is needed: no enclosing grant",
-                Layer::Degraded => "NOTHING: this rule is degraded (see `cordon explain`)",
+                Layer::ViewAndLandlock => "enforced by the view's bind mount and Landlock",
+                Layer::View => "enforced by the view",
+                Layer::Landlock => "enforced by Landlock",
+                Layer::NotNeeded if plan.view => {
+                    "no rule grants anything around it, so it does not exist inside the view"
+                }
+                Layer::NotNeeded => "no rule grants anything around it, so Landlock refuses it",
+                Layer::Degraded => "NOT ENFORCED: this rule is degraded (see `cordon explain`)",
             };
             format!(
-                "{}: {access}, decided by `{} {}` ({}), enforced by {layer}",
+                "{}: {access}, decided by `{} {}` ({}); {layer}",
                 path.display(),
                 rule.access.name(),
                 rule.path.display(),

@@ -48,14 +48,14 @@ FIREJAIL=(firejail --quiet --noprofile --net=none --private-tmp --read-only=/ --
 NAMES=(bare cordon-landlock cordon-default bwrap firejail)
 declare -A LABEL=(
     [bare]="/bin/true (bare exec)"
-    [cordon-landlock]="cordon --no-view --best-effort (Landlock only)"
+    [cordon-landlock]="cordon --no-view (Landlock only, strict)"
     [cordon-default]="cordon, default profile (view)"
     [bwrap]="bubblewrap, equivalent policy"
     [firejail]="firejail, equivalent policy"
 )
 declare -A CMD
 CMD[bare]=$(printf '%q ' /bin/true)
-CMD[cordon-landlock]=$(printf '%q ' "$CORDON" --no-view --best-effort -q -- /bin/true)
+CMD[cordon-landlock]=$(printf '%q ' "$CORDON" --no-view -q -- /bin/true)
 CMD[cordon-default]=$(printf '%q ' "$CORDON" -- /bin/true)
 CMD[bwrap]=$(printf '%q ' "${BWRAP[@]}")
 CMD[firejail]=$(printf '%q ' "${FIREJAIL[@]}")
@@ -110,7 +110,7 @@ rss_of() { # LABEL CORDON-ARGS... → prints "max VmRSS KiB" or "failed: ..."
     fi
 }
 RSS_DEFAULT=$(rss_of default)
-RSS_LANDLOCK=$(rss_of landlock --no-view --best-effort -q)
+RSS_LANDLOCK=$(rss_of landlock --no-view -q)
 
 # --- report -------------------------------------------------------------------------------
 fmt_rss() { case $1 in failed*) echo "$1" ;; *) awk -v k="$1" 'BEGIN { printf "%.2f MiB (%d KiB)", k / 1024, k }' ;; esac; }

@@ -114,7 +114,7 @@ for n in $COUNTS; do
 
     log "$n rules"
     bench cordon-view "$n" none "$(printf '%q ' "$CORDON" -p "$policy" -- /bin/true)"
-    bench cordon-noview "$n" none "$(printf '%q ' "$CORDON" -p "$policy" --no-view --best-effort -q -- /bin/true)"
+    bench cordon-noview "$n" none "$(printf '%q ' "$CORDON" -p "$policy" --no-view -q -- /bin/true)"
     bench bwrap "$n" sh "exec bwrap --args 3 -- /bin/true 3<$(printf '%q' "$args")"
 done
 

@@ -431,7 +431,6 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         drop(scratch);
     }
-    let _ = child.errors.as_raw_fd();
     Ok(Outcome {
         code,
         signal,

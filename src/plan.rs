@@ -299,7 +299,7 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
     let net = net_plan(policy, view);
     let identity = identity(policy, facts)?;
     let mounts = if view {
-        view_mounts(&rules, &parents, &scratch, policy, net.mode)
+        view_mounts(&rules, &parents, &scratch, policy)
     } else {
         Vec::new()
     };
@@ -311,7 +311,6 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
         abi,
         view,
         &net,
-        facts,
         &mut degraded,
     );
     let seccomp = SeccompPlan {
@@ -950,7 +949,6 @@ fn view_mounts(
     parents: &[Option<usize>],
     scratch: &ScratchPlan,
     policy: &Policy,
-    _net: NetMode,
 ) -> Vec<Mount> {
     let mut mounts = Vec::with_capacity(rules.len() + 8);
     let mut ordered: Vec<(usize, &Path)> = rules
@@ -1249,7 +1247,6 @@ fn landlock_plan(
     abi: u32,
     view: bool,
     net: &NetPlan,
-    _facts: &Facts,
     degraded: &mut Vec<Degradation>,
 ) -> LandlockPlan {
     let mut out = Vec::with_capacity(rules.len() + 8);

@@ -11,5 +11,6 @@ pub mod explain;
 pub mod facts;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod supervise;
 pub mod units;

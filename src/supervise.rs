@@ -47,6 +47,8 @@ pub struct Outcome {
     pub timed_out: bool,
     pub duration: Duration,
     pub denied_egress: Vec<String>,
+    /// With `--report`: filesystem refusals from Landlock's audit records.
+    pub denied_fs: Vec<String>,
     /// `--max-output` cut the output and ended the command.
     pub output_truncated: bool,
     /// Peak resident memory of the largest process of the tree, in KiB.
@@ -74,6 +76,8 @@ pub struct Status {
     pub output_truncated: bool,
     /// What was refused: egress destinations as `HOST:PORT`.
     pub denied_egress: Vec<String>,
+    /// With `--report` where the audit log is readable: filesystem refusals.
+    pub denied_fs: Vec<String>,
 }
 
 impl Status {
@@ -97,6 +101,7 @@ impl Status {
             peak_memory_kib: o.peak_memory_kib,
             output_truncated: o.output_truncated,
             denied_egress: o.denied_egress.clone(),
+            denied_fs: o.denied_fs.clone(),
         }
     }
 
@@ -113,6 +118,7 @@ impl Status {
             peak_memory_kib: 0,
             output_truncated: false,
             denied_egress: Vec::new(),
+            denied_fs: Vec::new(),
         }
     }
 }
@@ -167,6 +173,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             timed_out: false,
             duration: started.elapsed(),
             denied_egress: Vec::new(),
+            denied_fs: Vec::new(),
             output_truncated: false,
             peak_memory_kib: 0,
         });
@@ -223,6 +230,16 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             .filter_map(|(k, v)| Some((LimitKind::from_key(k)?, *v)))
             .collect::<Vec<_>>(),
     );
+    // --report: listen to the audit log for Landlock's denial records, where it is on
+    // and readable; otherwise the report says why there is no filesystem record.
+    let (audit, audit_unavailable) = if opts.report {
+        match start_audit(facts) {
+            Ok(listener) => (Some(listener), None),
+            Err(why) => (None, Some(why)),
+        }
+    } else {
+        (None, None)
+    };
     let landlock = if facts.landlock_abi > 0 {
         PreparedLandlock::new(
             plan.landlock.handled_fs,
@@ -236,6 +253,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
                 .collect::<Vec<_>>(),
             &ports,
         )?
+        .map(|l| if audit.is_some() { l.log_denials() } else { l })
     } else {
         None
     };
@@ -343,6 +361,12 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         );
     }
 
+    // Under the sandbox's init the command is init's child: note its pid now, while it
+    // runs, to recognise the Landlock domain it creates.
+    let mut command_pids = std::collections::BTreeSet::new();
+    if let (Some(listener), true) = (&audit, child.has_init) {
+        listener.note_children(child.pid, &mut command_pids);
+    }
     let mut timed_out = false;
     let mut deadline = plan.timeout.map(|t| started + t);
     let mut killing = false;
@@ -417,8 +441,14 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             denied_egress.join(", ")
         );
     }
+    let fs = audit.map(|l| l.finish(child.pid, &command_pids));
     if opts.report {
-        report(plan, &denied_egress);
+        report(
+            plan,
+            &denied_egress,
+            fs.as_ref(),
+            audit_unavailable.as_deref(),
+        );
     }
     if plan.scratch.keep {
         scratch.keep();
@@ -437,6 +467,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         timed_out,
         duration: started.elapsed(),
         denied_egress,
+        denied_fs: fs.map(|f| f.denied).unwrap_or_default(),
         output_truncated,
         peak_memory_kib: launch::children_peak_rss_kib(),
     })
@@ -566,7 +597,12 @@ fn copy_bounded(out: OwnedFd, err: OwnedFd, limit: u64, pid: libc::pid_t, trunca
 }
 
 /// `--report`: what was refused, and plainly what cannot be known.
-fn report(plan: &Plan, denied_egress: &[String]) {
+fn report(
+    plan: &Plan,
+    denied_egress: &[String],
+    fs: Option<&crate::report::FsDenials>,
+    unavailable: Option<&str>,
+) {
     if plan.net.mode == NetMode::Egress {
         if denied_egress.is_empty() {
             eprintln!("cordon: report: egress: nothing refused");
@@ -582,12 +618,47 @@ fn report(plan: &Plan, denied_egress: &[String]) {
             plan.net.mode.name()
         );
     }
-    let why = match crate::enforce::probe::audit_enabled() {
-        Ok(true) => "this build does not read Landlock's audit records yet".to_string(),
-        Ok(false) => "the kernel's audit log is off (cordon does not switch it on: that is machine-wide), so Landlock's denial records are not kept".to_string(),
-        Err(e) => format!("the kernel's audit log cannot be read here ({e})"),
-    };
-    eprintln!("cordon: report: filesystem refusals: not available: {why}");
+    match (fs, unavailable) {
+        (Some(fs), _) => {
+            if fs.denied.is_empty() {
+                eprintln!("cordon: report: Landlock refused nothing");
+            }
+            for what in &fs.denied {
+                eprintln!("cordon: report: refused by Landlock: {what}");
+            }
+            if fs.dropped > 0 {
+                eprintln!(
+                    "cordon: report: ... and {} more records not kept",
+                    fs.dropped
+                );
+            }
+            if plan.view {
+                eprintln!(
+                    "cordon: report: with the view, paths outside the policy do not exist and read-only binds refuse writes (ENOENT, EROFS): those leave no record"
+                );
+            }
+        }
+        (None, why) => eprintln!(
+            "cordon: report: filesystem refusals: not available: {}",
+            why.unwrap_or("not asked for")
+        ),
+    }
+}
+
+/// Listen to the audit log for this run's Landlock denials, or say why not.
+fn start_audit(facts: &Facts) -> Result<crate::report::AuditListener, String> {
+    if facts.landlock_abi < 7 {
+        return Err(format!(
+            "Landlock ABI {} cannot log denials (needs ABI 7)",
+            facts.landlock_abi
+        ));
+    }
+    match crate::enforce::probe::audit_enabled() {
+        Ok(true) => crate::report::AuditListener::start()
+            .map_err(|e| format!("the kernel's audit log cannot be read here ({e}; it needs CAP_AUDIT_READ)")),
+        Ok(false) => Err("the kernel's audit log is off (cordon does not switch it on: that is machine-wide), so Landlock's denial records are not kept".to_string()),
+        Err(e) => Err(format!("the kernel's audit log cannot be read here ({e})")),
+    }
 }
 
 /// End every process still descended from us (the command's children and daemons,

@@ -1821,3 +1821,46 @@ fn no_process_outlives_the_run() {
         "still running after cordon exited: {left:?}"
     );
 }
+
+/// `--report` names Landlock's refusals where the kernel's audit log is on and readable,
+/// and otherwise says plainly why it cannot. This machine's audit log is off (cordon never
+/// switches it on), so CI checks the second branch; the first was checked by hand with
+/// the audit log switched on.
+#[test]
+fn report_names_refusals_or_says_why_it_cannot() {
+    let fx = Fixture::new("report");
+    let secret = fx.outside.join("secret.txt");
+    fx.write(&secret, "x");
+    let mut probe = fx.bare();
+    probe.args(["probe", "--json"]);
+    let probe = run(&mut probe);
+    let json: serde_json::Value = serde_json::from_str(&probe.stdout).unwrap();
+    let audit_on = json["audit_log"]["available"] == true;
+
+    let mut cmd = fx.bare();
+    cmd.args(["--no-view", "--report", "--", "cat", s(&secret)]);
+    let out = run(&mut cmd);
+    assert_ne!(out.code, Some(0), "{out}");
+    assert!(out.stderr.contains("Permission denied"), "{out}");
+    if audit_on {
+        assert!(
+            out.stderr.contains(&format!(
+                "refused by Landlock: blockers=fs.read_file path=\"{}\"",
+                s(&secret)
+            )),
+            "{out}"
+        );
+    } else {
+        assert!(
+            out.stderr.contains(
+                "cordon: report: filesystem refusals: not available: the kernel's audit log"
+            ),
+            "{out}"
+        );
+    }
+    // Without --report, nothing of the kind is printed.
+    let mut cmd = fx.bare();
+    cmd.args(["--no-view", "--", "cat", s(&secret)]);
+    let out = run(&mut cmd);
+    assert!(!out.stderr.contains("cordon: report:"), "{out}");
+}

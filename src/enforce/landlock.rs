@@ -37,7 +37,13 @@ pub struct PreparedLandlock {
     /// Siblings together (the order of rules does not matter to Landlock).
     rules: Vec<PathRule>,
     ports: Vec<(u64, u64)>,
+    /// `landlock_restrict_self` flags: LOG_NEW_EXEC_ON when `--report` wants the denials
+    /// of the executed command in the audit log (ABI 7).
+    restrict_flags: u32,
 }
+
+/// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): log denials after `execve` too.
+const LOG_NEW_EXEC_ON: u32 = 2;
 
 /// A path rule. `apply` opens the path relative to its parent directory, kept open for
 /// the next sibling: thousands of rules in one directory cost one path walk, not
@@ -112,11 +118,19 @@ impl PreparedLandlock {
             handled_net,
             scoped,
             rules,
+            restrict_flags: 0,
             ports: ports
                 .iter()
                 .map(|(p, r)| (u64::from(*p), *r & handled_net))
                 .collect(),
         }))
+    }
+
+    /// Ask the kernel to record the executed command's denials in the audit log (ABI 7),
+    /// for `--report`. Without it Landlock logs nothing after `execve`.
+    pub fn log_denials(mut self) -> Self {
+        self.restrict_flags |= LOG_NEW_EXEC_ON;
+        self
     }
 
     /// Create the ruleset, add every rule and restrict this process. Runs after fork:
@@ -197,7 +211,13 @@ impl PreparedLandlock {
             }
         }
         // SAFETY: ruleset is an open Landlock ruleset fd.
-        let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) };
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                ruleset,
+                self.restrict_flags,
+            )
+        };
         let err = StepError::last("landlock_restrict_self");
         // SAFETY: closing our own ruleset fd once.
         unsafe { libc::close(ruleset) };

@@ -155,10 +155,9 @@ fn record(kind: u16, text: &str, seen: &Mutex<Seen>) {
     let field = |name: &str| -> Option<&str> {
         let start = text.find(&format!(" {name}="))? + name.len() + 2;
         let rest = &text[start..];
-        let end = if rest.starts_with('"') {
-            rest[1..].find('"').map_or(rest.len(), |i| i + 2)
-        } else {
-            rest.find(' ').unwrap_or(rest.len())
+        let end = match rest.strip_prefix('"') {
+            Some(quoted) => quoted.find('"').map_or(rest.len(), |i| i + 2),
+            None => rest.find(' ').unwrap_or(rest.len()),
         };
         Some(&rest[..end])
     };

@@ -341,3 +341,41 @@ fn a_hundred_concurrent_runs_never_share_a_scratch_dir() {
         "{entries:?}"
     );
 }
+
+/// Nesting is bounded by Landlock's 16 stacked layers: 15 cordons inside each other run
+/// the innermost command, and the one past the limit is refused with a message that
+/// says so (not an obscure errno).
+#[test]
+fn nesting_depth_is_bounded_and_the_limit_is_named() {
+    let fx = Fixture::new("nest-depth");
+    install_inner(&fx);
+    let script = fx.cwd.join("nest.sh");
+    fx.write(
+        &script,
+        &format!(
+            "n=$1\nif [ \"$n\" -le 0 ]; then echo reached; exit 0; fi\n\
+             exec ./cordon --no-view -q --rwx {ws} -- sh ./nest.sh $((n-1))\n",
+            ws = s(&fx.cwd)
+        ),
+    );
+    let deep = |levels: u32| {
+        run(Command::new("sh")
+            .arg(s(&script))
+            .arg(levels.to_string())
+            .current_dir(&fx.cwd)
+            .env("TMPDIR", fx.root().join("tmp"))
+            .stdin(Stdio::null()))
+    };
+    std::fs::create_dir_all(fx.root().join("tmp")).unwrap();
+    let out = deep(15);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(out.stdout.trim(), "reached", "{out}");
+    let out = deep(17);
+    assert_eq!(out.code, Some(125), "{out}");
+    assert!(!out.stdout.contains("reached"), "{out}");
+    assert!(
+        out.stderr
+            .contains("too deeply nested: Landlock stacks at most 16 sandboxes"),
+        "{out}"
+    );
+}

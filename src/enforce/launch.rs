@@ -767,32 +767,20 @@ fn recv_fd(channel: RawFd) -> std::io::Result<OwnedFd> {
     }
 }
 
+/// A close-on-exec pipe, made before the fork (nix's safe wrapper).
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into the array; we own them afterwards.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds are fresh and owned here.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
 }
 
+/// A close-on-exec unix seqpacket pair, made before the fork.
 fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two fds into the array; we own them afterwards.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } < 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds are fresh and owned here.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?)
 }
 
 /// Wait for one of the blocked signals, or until `timeout` passes (None: forever).

@@ -756,12 +756,28 @@ mod tests {
         p
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
+    /// A fresh directory for one test, removed when the test ends.
+    struct TestDir(PathBuf);
+
+    impl std::ops::Deref for TestDir {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempdir(tag: &str) -> TestDir {
         let d =
             std::env::temp_dir().join(format!("cordon-policy-test-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TestDir(d)
     }
 
     #[test]

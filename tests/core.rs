@@ -607,14 +607,7 @@ fn home_and_tmpdir_are_private_empty_and_removed() {
         go = s(&go)
     );
     let started = Instant::now();
-    let child = fx
-        .cordon()
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    let child = fx.spawn_until_ready(&script, &ready);
     // On the host: one fresh scratch dir, mode 0700, holding what the command wrote.
     let left = fx.scratch_leftovers();
     assert_eq!(left.len(), 1, "{left:?}");
@@ -902,17 +895,7 @@ fn sigterm_reaches_the_command() {
         r = s(&ready)
     );
     let started = Instant::now();
-    let child = fx
-        .cordon()
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(20), || ready.exists()),
-        "command never started"
-    );
+    let child = fx.spawn_until_ready(&script, &ready);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -1322,14 +1305,7 @@ fn other_signals_are_forwarded() {
         r = s(&ready)
     );
     let started = Instant::now();
-    let child = fx
-        .cordon()
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || ready.exists()));
+    let child = fx.spawn_until_ready(&script, &ready);
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     use nix::sys::signal::Signal::*;
     for (n, sig) in [SIGINT, SIGHUP, SIGUSR1, SIGUSR2].into_iter().enumerate() {

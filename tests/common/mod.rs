@@ -218,6 +218,23 @@ impl Fixture {
         cmd
     }
 
+    /// Start `cordon -q -- sh -c SCRIPT` with piped output and wait until the script has
+    /// created `ready` (it does so once it is running inside); panics if it never does.
+    pub fn spawn_until_ready(&self, script: &str, ready: &Path) -> std::process::Child {
+        let child = self
+            .cordon()
+            .args(["--", "sh", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || ready.exists()),
+            "the command never started"
+        );
+        child
+    }
+
     /// Like [`Fixture::cordon`] but without `-q`, for tests that read cordon's notices.
     pub fn cordon_loud(&self) -> Command {
         let mut cmd = self.bare();

@@ -36,11 +36,7 @@ pub fn gather() -> anyhow::Result<Facts> {
             )
         }
     };
-    let tmp = env
-        .get("TMPDIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let tmp = scratch_base(&env);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -70,6 +66,31 @@ pub fn gather() -> anyhow::Result<Facts> {
         run_id: format!("{}-{:08x}", std::process::id(), nanos),
         outer,
     })
+}
+
+/// Where the per-run scratch dirs go: `$TMPDIR` when the caller set one; otherwise
+/// `/dev/shm` when it is a RAM filesystem that allows exec and has room (1 GiB free),
+/// because creating and removing the scratch on a disk filesystem costs more than the
+/// rest of a launch; otherwise `/tmp`. A RAM scratch is what bubblewrap's and firejail's
+/// private `/tmp` are too; a build that fills its TMPDIR with gigabytes sets `TMPDIR` or
+/// `runtime.tmp`. (Docker's 64 MiB noexec `/dev/shm` fails the check and gets `/tmp`.)
+fn scratch_base(env: &BTreeMap<String, String>) -> PathBuf {
+    if let Some(tmp) = env
+        .get("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        return tmp;
+    }
+    const MIN_FREE: u64 = 1 << 30;
+    let shm = Path::new("/dev/shm");
+    let usable = nix::sys::statfs::statfs(shm).is_ok_and(|fs| {
+        fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC
+            && !fs.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC)
+            && !fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY)
+            && fs.blocks_available().saturating_mul(fs.block_size() as u64) >= MIN_FREE
+    });
+    PathBuf::from(if usable { "/dev/shm" } else { "/tmp" })
 }
 
 /// Why a run nested in another cordon sandbox has no view.

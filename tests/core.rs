@@ -1840,3 +1840,66 @@ fn report_names_refusals_or_says_why_it_cannot() {
     let out = run(&mut cmd);
     assert!(!out.stderr.contains("cordon: report:"), "{out}");
 }
+
+/// Without a TMPDIR of the caller's, the scratch goes to `/dev/shm` where that is a
+/// RAM filesystem with room that allows exec (cheaper to create and remove than on
+/// disk), else to `/tmp`; either way it is private, usable, and gone after the run.
+#[test]
+fn scratch_without_tmpdir_lives_in_ram_or_tmp_and_is_removed() {
+    let fx = Fixture::new("scratch-base");
+    let shm_ok = std::process::Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE,OPTIONS", "/dev/shm"])
+        .output()
+        .map(|o| {
+            let t = String::from_utf8_lossy(&o.stdout).to_string();
+            t.starts_with("tmpfs") && !t.contains("noexec") && !t.contains("ro,")
+        })
+        .unwrap_or(false)
+        && std::process::Command::new("stat")
+            .args(["-f", "-c", "%a %S", "/dev/shm"])
+            .output()
+            .map(|o| {
+                let t = String::from_utf8_lossy(&o.stdout).to_string();
+                let n: Vec<u64> = t
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                n.len() == 2 && n[0] * n[1] >= 1 << 30
+            })
+            .unwrap_or(false);
+    let out = run(fx
+        .bare()
+        .env_remove("TMPDIR")
+        .args(["--no-view", "--best-effort", "-q", "--"])
+        .args([
+            "sh",
+            "-c",
+            r#"echo "$HOME|$TMPDIR"; echo x > "$TMPDIR/f"; cat "$TMPDIR/f""#,
+        ]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let first = out.stdout.lines().next().unwrap_or_default().to_string();
+    let (home, tmp) = first.split_once('|').expect("HOME|TMPDIR");
+    let uid = nix_uid();
+    let base = if shm_ok { "/dev/shm" } else { "/tmp" };
+    let root = format!("{base}/cordon-{uid}/run-");
+    assert!(
+        home.starts_with(&root) && home.ends_with("/home"),
+        "{home} not under {root}"
+    );
+    assert!(
+        tmp.starts_with(&root) && tmp.ends_with("/tmp"),
+        "{tmp} not under {root}"
+    );
+    assert!(
+        out.stdout.contains("\nx\n") || out.stdout.ends_with("x\n"),
+        "{out:?}"
+    );
+    let run_dir = std::path::Path::new(home).parent().unwrap();
+    assert!(!run_dir.exists(), "{} left behind", run_dir.display());
+}
+
+fn nix_uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap()
+}

@@ -4,7 +4,7 @@
 //! ```text
 //! supervisor ──clone(NEWNS|NEWPID|NEWNET[|NEWUSER])──► init (PID 1 of the sandbox)
 //!   init:    parent-death signal, uid/gid maps, loopback up, egress listener handed
-//!            back, the view (ends in pivot_root), then fork:
+//!            back, the view (ends in pivot_root), then starts the command (vfork-like):
 //!   command: rlimits, bounding set, groups, gid, uid, parent-death signal, capabilities,
 //!            no_new_privs, Landlock, seccomp (last), close-on-exec of every
 //!            inherited descriptor above 2, signal mask reset, exec
@@ -12,7 +12,7 @@
 //!            kills what is left and reports the command's wait status
 //! ```
 //!
-//! Without namespaces (`--no-view`, or none available) the supervisor forks the command
+//! Without namespaces (`--no-view`, or none available) the supervisor starts the command
 //! directly. Between fork and exec the children only make raw syscalls on data prepared
 //! here beforehand: nothing allocates, locks or formats.
 
@@ -227,8 +227,11 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
     // SAFETY: sup_fd is a fresh fd we own.
     let sup_fd = unsafe { OwnedFd::from_raw_fd(sup_fd as RawFd) };
 
+    // The command is started with `clone_vfork` (by us, or by init inside the view): its
+    // stack is allocated here, before any fork.
+    let mut stack = ChildStack::new();
     if p.namespaces == 0 {
-        return spawn_vfork(p, err_r, err_w, supervisor);
+        return spawn_vfork(p, &mut stack, err_r, err_w, supervisor);
     }
     // SAFETY: a fork-like clone (no new stack: the child runs on a copy of ours). The
     // supervisor is single-threaded here; the child only runs async-signal-safe code.
@@ -259,7 +262,7 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
         if p.namespaces != 0 {
             let status_w = status.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
             let egress_w = egress.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
-            init_main(p, err_w, status_w, egress_w, sup_fd.as_raw_fd());
+            init_main(p, &mut stack, err_w, status_w, egress_w, sup_fd.as_raw_fd());
         } else {
             command_main(p, err_w, Some(supervisor));
         }
@@ -285,52 +288,22 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
     })
 }
 
-/// Without namespaces the command is started like `posix_spawn` does: the child shares
-/// our memory (`CLONE_VM`) on a stack of its own and we wait until it has exec'd or
-/// failed (`CLONE_VFORK`). No page tables are copied and no page is copied on write:
-/// this is the cheapest launch there is, and it is on every `--no-view` run.
+/// Without namespaces the supervisor starts the command itself, with [`clone_vfork`]:
+/// no page tables are copied and no page is copied on write, the cheapest launch there
+/// is, on every `--no-view` run.
 fn spawn_vfork(
     p: &Prepared,
+    stack: &mut ChildStack,
     err_r: OwnedFd,
     err_w: OwnedFd,
     supervisor: libc::pid_t,
 ) -> Result<Child, LaunchError> {
-    struct Args<'a> {
-        p: &'a Prepared,
-        err_w: RawFd,
-        supervisor: libc::pid_t,
-    }
-    extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` points at `Args` on the parent's stack, which stays alive and
-        // untouched while the parent is suspended (CLONE_VFORK) until we exec or exit.
-        let a = unsafe { &*(arg as *const Args) };
-        command_main(a.p, a.err_w, Some(a.supervisor))
-    }
-    const STACK: usize = 256 * 1024;
-    let mut stack = vec![0u8; STACK];
-    let args = Args {
-        p,
-        err_w: err_w.as_raw_fd(),
-        supervisor,
-    };
-    // SAFETY: the stack is ours and outlives the child's use of it (the parent resumes
-    // only after exec or exit); its top, aligned down to 16 bytes, is passed as the
-    // child's stack pointer. The child runs only async-signal-safe code on prepared data
-    // and writes nothing the parent reads except through the error pipe.
-    let pid = unsafe {
-        let top = stack.as_mut_ptr().add(STACK) as usize & !15;
-        libc::clone(
-            child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &args as *const Args as *mut libc::c_void,
-        )
-    };
+    let err_fd = err_w.as_raw_fd();
+    let pid = clone_vfork(stack, &|| command_main(p, err_fd, Some(supervisor)));
     if pid < 0 {
         return Err(LaunchError::Setup(std::io::Error::last_os_error()));
     }
     drop(err_w);
-    drop(stack);
     Ok(Child {
         pid,
         has_init: false,
@@ -338,6 +311,47 @@ fn spawn_vfork(
         status: None,
         egress_listener: None,
     })
+}
+
+/// The stack a [`clone_vfork`] child runs on. Allocated before any fork, so that init
+/// (a forked copy of the supervisor) has one without allocating.
+struct ChildStack(Vec<u8>);
+
+impl ChildStack {
+    const SIZE: usize = 256 * 1024;
+
+    fn new() -> ChildStack {
+        ChildStack(vec![0u8; Self::SIZE])
+    }
+}
+
+/// Start `child` the way `posix_spawn` does: in a process that shares our memory
+/// (`CLONE_VM`), on a stack of its own, while we stay suspended until it has exec'd or
+/// exited (`CLONE_VFORK`). Returns its pid, or -1 with errno set. `child` must only make
+/// async-signal-safe calls on data prepared beforehand, and end in exec or `_exit`.
+fn clone_vfork(stack: &mut ChildStack, child: &dyn Fn()) -> libc::pid_t {
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the `&dyn Fn` on the caller's stack, which stays alive
+        // and untouched while the caller is suspended (CLONE_VFORK) until exec or exit.
+        let child = unsafe { &*(arg as *const &dyn Fn()) };
+        child();
+        // `child` ends in exec or `_exit`; should it ever return, end here.
+        // SAFETY: exiting the child without running the parent's exit handlers.
+        unsafe { libc::_exit(125) }
+    }
+    let child_ref: &dyn Fn() = child;
+    // SAFETY: the stack is ours and outlives the child's use of it (we resume only after
+    // exec or exit); its top, aligned down to 16 bytes, is the child's stack pointer. The
+    // child writes nothing we read afterwards except through its pipes.
+    unsafe {
+        let top = stack.0.as_mut_ptr().add(ChildStack::SIZE) as usize & !15;
+        libc::clone(
+            trampoline,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &child_ref as *const &dyn Fn() as *mut libc::c_void,
+        )
+    }
 }
 
 /// A step error record as the child writes it: errno, index, step name.
@@ -436,7 +450,14 @@ fn sys(rc: libc::c_long, step: &'static str) -> Result<(), StepError> {
 }
 
 /// PID 1 of the sandbox.
-fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_fd: RawFd) -> ! {
+fn init_main(
+    p: &Prepared,
+    stack: &mut ChildStack,
+    err_w: RawFd,
+    status_w: RawFd,
+    egress_w: RawFd,
+    sup_fd: RawFd,
+) -> ! {
     // SAFETY: prctl with integer arguments.
     check(
         err_w,
@@ -500,13 +521,9 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
         }
     }
 
-    // SAFETY: fork from the single-threaded init.
-    let cmd = unsafe { libc::fork() };
+    let cmd = clone_vfork(stack, &|| command_main(p, err_w, None));
     if cmd < 0 {
-        fail(err_w, StepError::last("fork the command"), 125);
-    }
-    if cmd == 0 {
-        command_main(p, err_w, None);
+        fail(err_w, StepError::last("start the command"), 125);
     }
     // SAFETY: init keeps no descriptor the supervisor waits on, so EOF reaches it once
     // the command has exec'd (or failed).

@@ -1903,3 +1903,23 @@ fn nix_uid() -> u32 {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
         .unwrap()
 }
+
+/// cordon's own runtime ignores SIGPIPE; the command must start with the default
+/// disposition, as outside, so a writer into a closed pipe ends quietly.
+#[test]
+fn command_starts_with_default_sigpipe() {
+    let fx = Fixture::new("sigpipe");
+    let out = run(fx
+        .cordon()
+        .args(["--", "sh", "-c"])
+        .arg(r#"yes | head -n 1; grep '^SigIgn' /proc/self/status"#));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!out.stderr.contains("Broken pipe"), "{out:?}");
+    let ignored = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .expect("SigIgn line");
+    assert_eq!(ignored & (1 << (13 - 1)), 0, "SIGPIPE ignored: {out:?}");
+}

@@ -625,8 +625,11 @@ fn command_main(p: &Prepared, err_w: RawFd, supervisor: Option<libc::pid_t>) -> 
         }
     }
     check(err_w, creds::close_inherited_fds(&[]));
-    // SAFETY: an empty set, then unblocking everything the supervisor blocked.
+    // SAFETY: resetting one disposition, an empty set, then unblocking everything the
+    // supervisor blocked. The Rust runtime ignores SIGPIPE in cordon; an ignored signal
+    // would survive exec, and `yes | head -1` would end in "Broken pipe" errors.
     unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, ptr::null_mut());

@@ -45,9 +45,21 @@ BWRAP+=(--ro-bind /etc /etc --bind "$PWD" "$PWD" --tmpfs /tmp --dev /dev --proc 
 
 FIREJAIL=(firejail --quiet --noprofile --net=none --private-tmp --read-only=/ --read-write="$PWD" /bin/true)
 
-NAMES=(bare cordon-landlock cordon-default bwrap firejail)
+# Two references, for reading the numbers (not targets): a Rust program that only spawns
+# and waits (what any Rust launcher pays), and a C launcher that applies exactly the
+# Landlock rules of `cordon --no-view` and nothing else (what the kernel charges for them).
+REF_SPAWN="$TMP/ref-spawn"
+REF_LANDLOCK="$TMP/ref-landlock"
+rustc -O --edition 2021 -o "$REF_SPAWN" "$BENCH_DIR/ref-spawn.rs" 2>"$TMP/ref.err" || log "ref-spawn: $(last_line "$TMP/ref.err")"
+cc -O2 -o "$REF_LANDLOCK" "$BENCH_DIR/ref-landlock.c" 2>"$TMP/ref.err" || log "ref-landlock: $(last_line "$TMP/ref.err")"
+"$CORDON" explain --no-view --json -- /bin/true |
+    jq -r '.landlock | "\(.handled_fs) \(.handled_net) \(.scoped)", (.rules[] | "\(.rights) \(.path)")' >"$TMP/rules.txt"
+
+NAMES=(bare ref-spawn ref-landlock cordon-landlock cordon-default bwrap firejail)
 declare -A LABEL=(
     [bare]="/bin/true (bare exec)"
+    [ref-spawn]="reference: Rust spawn-and-wait only"
+    [ref-landlock]="reference: C, same Landlock rules only"
     [cordon-landlock]="cordon --no-view (Landlock only, strict)"
     [cordon-default]="cordon, default profile (view)"
     [bwrap]="bubblewrap, equivalent policy"
@@ -55,6 +67,8 @@ declare -A LABEL=(
 )
 declare -A CMD
 CMD[bare]=$(printf '%q ' /bin/true)
+CMD[ref-spawn]=$(printf '%q ' "$REF_SPAWN" /bin/true)
+CMD[ref-landlock]=$(printf '%q ' "$REF_LANDLOCK" "$TMP/rules.txt" /bin/true)
 CMD[cordon-landlock]=$(printf '%q ' "$CORDON" --no-view -q -- /bin/true)
 CMD[cordon-default]=$(printf '%q ' "$CORDON" -- /bin/true)
 CMD[bwrap]=$(printf '%q ' "${BWRAP[@]}")

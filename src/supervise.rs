@@ -257,6 +257,14 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         None
     };
+    // Without the view the command sees the host's paths: the ruleset is built here,
+    // before the fork (by several threads for a large policy), and the child only
+    // restricts itself with it. With the view it is built in the child, on the paths
+    // of the finished view.
+    let landlock = match landlock {
+        Some(l) if !plan.view => Some(l.prebuild()?),
+        l => l,
+    };
     let filter = if facts.seccomp {
         Some(seccomp::prepare(&seccomp::FilterSpec {
             deny_inet_sockets: plan.seccomp.deny_inet_sockets,

@@ -1,9 +1,12 @@
 //! Landlock through raw syscalls, so the ruleset can be built in the child after the
 //! view is final, without allocating. The `landlock` crate supplies the rights for each
-//! ABI (in `plan`); here we only hand numbers to the kernel.
+//! ABI (in `plan`); here we only hand numbers to the kernel. Without the view the
+//! ruleset is built before the fork instead ([`PreparedLandlock::prebuild`]), by a few
+//! threads when it is large, and the child only restricts itself with it.
 
 use super::StepError;
 use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 #[repr(C)]
 struct RulesetAttr {
@@ -40,6 +43,9 @@ pub struct PreparedLandlock {
     /// `landlock_restrict_self` flags: LOG_NEW_EXEC_ON when `--report` wants the denials
     /// of the executed command in the audit log (ABI 7).
     restrict_flags: u32,
+    /// The ruleset with every rule added, built before the fork by [`Self::prebuild`];
+    /// `apply` then only restricts. Close-on-exec, closed in the parent on drop.
+    prebuilt: Option<OwnedFd>,
 }
 
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): log denials after `execve` too.
@@ -119,6 +125,7 @@ impl PreparedLandlock {
             scoped,
             rules,
             restrict_flags: 0,
+            prebuilt: None,
             ports: ports
                 .iter()
                 .map(|(p, r)| (u64::from(*p), *r & handled_net))
@@ -133,12 +140,47 @@ impl PreparedLandlock {
         self
     }
 
-    /// Create the ruleset, add every rule and restrict this process. Runs after fork:
-    /// raw syscalls only, no allocation. `no_new_privs` must already be set.
-    ///
-    /// A rule whose path does not exist is skipped: a missing grant only ever means less
-    /// access. Any other failure aborts the launch.
-    pub fn apply(&self) -> Result<(), StepError> {
+    /// Build the ruleset now, in the calling process, before the fork: create it and add
+    /// every rule, so that the child only has to call `landlock_restrict_self`. For runs
+    /// without the view, where the command sees the same paths as the launcher (a rule
+    /// binds to the inode its path names when it is added). Thousands of rules are added
+    /// by a few threads, each with its own share of the (sorted) list: opening a path is
+    /// most of the cost of a rule, and opens run in parallel; the kernel serialises only
+    /// the insertion into the ruleset. The threads are joined before this returns.
+    pub fn prebuild(mut self) -> anyhow::Result<Self> {
+        let ruleset = self.create().map_err(prebuild_error)?;
+        // SAFETY: a descriptor just created, owned by nothing else.
+        let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset) };
+        let fd = ruleset.as_raw_fd();
+        let threads = if self.rules.len() >= PARALLEL_RULES {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+        } else {
+            1
+        };
+        if threads > 1 {
+            let chunk = self.rules.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                let workers: Vec<_> = self
+                    .rules
+                    .chunks(chunk)
+                    .map(|part| s.spawn(move || add_path_rules(fd, part)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().expect("a Landlock worker panicked"))
+                    .collect::<Result<Vec<()>, StepError>>()
+            })
+            .map_err(prebuild_error)?;
+        } else {
+            add_path_rules(fd, &self.rules).map_err(prebuild_error)?;
+        }
+        add_port_rules(fd, &self.ports).map_err(prebuild_error)?;
+        self.prebuilt = Some(ruleset);
+        Ok(self)
+    }
+
+    /// `landlock_create_ruleset` with the handled rights and scopes.
+    fn create(&self) -> Result<libc::c_int, StepError> {
         let attr = RulesetAttr {
             handled_access_fs: self.handled_fs,
             handled_access_net: self.handled_net,
@@ -156,76 +198,116 @@ impl PreparedLandlock {
         if ruleset < 0 {
             return Err(StepError::last("landlock_create_ruleset"));
         }
-        let ruleset = ruleset as libc::c_int;
-        let mut dir = Dir { key: &[], fd: -1 };
-        for rule in &self.rules {
-            if rule.rights == 0 {
-                continue;
-            }
-            let fd = dir.open(rule);
-            if fd < 0 {
-                if super::errno() == libc::ENOENT {
-                    continue;
-                }
-                return Err(StepError::last("open a Landlock rule's path"));
-            }
-            let attr = PathBeneathAttr {
-                allowed_access: rule.rights,
-                parent_fd: fd,
-            };
-            // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset,
-                    RULE_PATH_BENEATH,
-                    &attr as *const PathBeneathAttr,
-                    0,
-                )
-            };
-            let err = StepError::last("landlock_add_rule (path)");
-            // SAFETY: fd was opened above and is closed once.
-            unsafe { libc::close(fd) };
-            if rc < 0 {
-                return Err(err);
-            }
+        Ok(ruleset as libc::c_int)
+    }
+
+    /// Create the ruleset, add every rule and restrict this process; with a ruleset
+    /// built before the fork, only restrict. Runs after fork: raw syscalls only, no
+    /// allocation. `no_new_privs` must already be set.
+    ///
+    /// A rule whose path does not exist is skipped: a missing grant only ever means less
+    /// access. Any other failure aborts the launch.
+    pub fn apply(&self) -> Result<(), StepError> {
+        if let Some(ruleset) = &self.prebuilt {
+            // The descriptor is close-on-exec: this process's copy goes at exec.
+            return restrict_self(ruleset.as_raw_fd(), self.restrict_flags);
         }
-        drop(dir);
-        for (port, rights) in &self.ports {
-            let rule = NetPortAttr {
-                allowed_access: *rights,
-                port: *port,
-            };
-            // SAFETY: rule is a valid landlock_net_port_attr; ruleset is open.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset,
-                    RULE_NET_PORT,
-                    &rule as *const NetPortAttr,
-                    0,
-                )
-            };
-            if rc < 0 {
-                return Err(StepError::last("landlock_add_rule (port)"));
-            }
-        }
-        // SAFETY: ruleset is an open Landlock ruleset fd.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_restrict_self,
-                ruleset,
-                self.restrict_flags,
-            )
-        };
-        let err = StepError::last("landlock_restrict_self");
+        let ruleset = self.create()?;
+        let added = add_path_rules(ruleset, &self.rules)
+            .and_then(|()| add_port_rules(ruleset, &self.ports))
+            .and_then(|()| restrict_self(ruleset, self.restrict_flags));
         // SAFETY: closing our own ruleset fd once.
         unsafe { libc::close(ruleset) };
+        added
+    }
+}
+
+/// Below this many path rules the ruleset is built by one thread.
+const PARALLEL_RULES: usize = 1000;
+/// At most this many threads build a ruleset.
+const MAX_THREADS: usize = 4;
+
+/// A failure of [`PreparedLandlock::prebuild`], worded like one in the child.
+fn prebuild_error(e: StepError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "setting up the sandbox failed at `{}`: {}",
+        e.step,
+        std::io::Error::from_raw_os_error(e.errno)
+    )
+}
+
+/// Add the path rules to `ruleset`, each path opened relative to its parent directory,
+/// kept open for the next sibling. Raw syscalls only, no allocation: it runs in the
+/// child after fork too.
+fn add_path_rules(ruleset: libc::c_int, rules: &[PathRule]) -> Result<(), StepError> {
+    let mut dir = Dir { key: &[], fd: -1 };
+    for rule in rules {
+        if rule.rights == 0 {
+            continue;
+        }
+        let fd = dir.open(rule);
+        if fd < 0 {
+            if super::errno() == libc::ENOENT {
+                continue;
+            }
+            return Err(StepError::last("open a Landlock rule's path"));
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: rule.rights,
+            parent_fd: fd,
+        };
+        // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0,
+            )
+        };
+        let err = StepError::last("landlock_add_rule (path)");
+        // SAFETY: fd was opened above and is closed once.
+        unsafe { libc::close(fd) };
         if rc < 0 {
             return Err(err);
         }
-        Ok(())
     }
+    Ok(())
+}
+
+/// Add the TCP port rules to `ruleset`.
+fn add_port_rules(ruleset: libc::c_int, ports: &[(u64, u64)]) -> Result<(), StepError> {
+    for (port, rights) in ports {
+        let rule = NetPortAttr {
+            allowed_access: *rights,
+            port: *port,
+        };
+        // SAFETY: rule is a valid landlock_net_port_attr; ruleset is open.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                RULE_NET_PORT,
+                &rule as *const NetPortAttr,
+                0,
+            )
+        };
+        if rc < 0 {
+            return Err(StepError::last("landlock_add_rule (port)"));
+        }
+    }
+    Ok(())
+}
+
+/// `landlock_restrict_self(ruleset, flags)`.
+fn restrict_self(ruleset: libc::c_int, flags: u32) -> Result<(), StepError> {
+    // SAFETY: ruleset is an open Landlock ruleset fd.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, flags) };
+    if rc < 0 {
+        return Err(StepError::last("landlock_restrict_self"));
+    }
+    Ok(())
 }
 
 /// The parent directory of the last rule opened, kept for its siblings; closed on drop.

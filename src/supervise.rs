@@ -736,6 +736,9 @@ fn egress_config(plan: &Plan, opts: &RunOptions) -> anyhow::Result<EgressConfig>
     })
 }
 
+/// The buffer the plan is published through: one write for a small plan.
+const PUBLISH_BUFFER: usize = 256 * 1024;
+
 /// The run's private directory: created mode 0700 for the command's identity, removed
 /// on drop without following any symlink the command planted.
 #[derive(Debug)]
@@ -841,14 +844,18 @@ impl Scratch {
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(crate::plan::PLAN_FILE);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o444)
             .open(&path)
             .with_context(|| format!("cannot publish the plan at {}", path.display()))?;
-        // One write: the plan is on every launch's path.
-        file.write_all(&serde_json::to_vec(plan)?)?;
+        // Through a buffer of fixed size: the plan is on every launch's path, and with
+        // thousands of rules it is megabytes; serialising it whole first would grow a
+        // buffer that large (copies and page faults) before a single write.
+        let mut out = std::io::BufWriter::with_capacity(PUBLISH_BUFFER, file);
+        serde_json::to_writer(&mut out, plan)?;
+        out.flush()?;
         Ok(())
     }
 

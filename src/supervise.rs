@@ -274,11 +274,17 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         None
     };
-    let prepared_view = if plan.view {
+    let mut prepared_view = if plan.view {
         Some(view::prepare(&plan.mounts)?)
     } else {
         None
     };
+    // Rules at the paths where the view attaches a bind are added by the view, on the
+    // mount itself, rather than opened again in the finished view.
+    let mut landlock = landlock;
+    if let (Some(v), Some(l)) = (prepared_view.as_mut(), landlock.as_mut()) {
+        v.adopt_landlock(l);
+    }
     let output = match plan.max_output {
         Some(limit) => Some(OutputBound::new(limit)?),
         None => None,

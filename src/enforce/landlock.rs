@@ -2,9 +2,13 @@
 //! view is final, without allocating. The `landlock` crate supplies the rights for each
 //! ABI (in `plan`); here we only hand numbers to the kernel. Without the view the
 //! ruleset is built before the fork instead ([`PreparedLandlock::prebuild`]), by a few
-//! threads when it is large, and the child only restricts itself with it.
+//! threads when it is large, and the child only restricts itself with it. With the view,
+//! the rules at a bind's target are added by the view as it attaches the bind
+//! ([`PreparedLandlock::adopt`]), the rest by the command's process before it restricts
+//! itself.
 
 use super::StepError;
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -46,6 +50,10 @@ pub struct PreparedLandlock {
     /// The ruleset with every rule added, built before the fork by [`Self::prebuild`];
     /// `apply` then only restricts. Close-on-exec, closed in the parent on drop.
     prebuilt: Option<OwnedFd>,
+    /// The ruleset created in the child before the view ([`Self::begin`]), which adds
+    /// the rules it adopted while it mounts; `-1`: none. A cell: the child sets it in
+    /// its own copy of this value (`apply` and the view take `&self`).
+    started: Cell<libc::c_int>,
 }
 
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): log denials after `execve` too.
@@ -60,6 +68,8 @@ struct PathRule {
     /// Where the last component starts in `path`; 0: open the whole path.
     name_at: usize,
     rights: u64,
+    /// Added by the view, on the mount it attached at this path ([`PreparedLandlock::adopt`]).
+    by_view: bool,
 }
 
 impl PathRule {
@@ -79,6 +89,7 @@ impl PathRule {
             path,
             name_at,
             rights,
+            by_view: false,
         }
     }
 
@@ -126,6 +137,7 @@ impl PreparedLandlock {
             rules,
             restrict_flags: 0,
             prebuilt: None,
+            started: Cell::new(-1),
             ports: ports
                 .iter()
                 .map(|(p, r)| (u64::from(*p), *r & handled_net))
@@ -138,6 +150,55 @@ impl PreparedLandlock {
     pub fn log_denials(mut self) -> Self {
         self.restrict_flags |= LOG_NEW_EXEC_ON;
         self
+    }
+
+    /// Hand rules over to the view: `take(path, rights)` is asked for each rule and
+    /// returns whether the view will add it itself, on the descriptor of the mount it
+    /// attaches at exactly that path (the path's inode, as the command will reach it).
+    /// Those rules are then neither opened nor added by [`Self::apply`].
+    pub fn adopt(&mut self, mut take: impl FnMut(&[u8], u64) -> bool) {
+        for rule in &mut self.rules {
+            if rule.rights != 0 && take(rule.path.as_bytes(), rule.rights) {
+                rule.by_view = true;
+            }
+        }
+    }
+
+    /// Whether the view adopted any rule (and so needs [`Self::begin`] first).
+    pub fn adopted_any(&self) -> bool {
+        self.rules.iter().any(|r| r.by_view)
+    }
+
+    /// Create the ruleset in the child, before the view adds the rules it adopted. Runs
+    /// after fork: raw syscalls only.
+    pub fn begin(&self) -> Result<(), StepError> {
+        if self.started.get() < 0 {
+            self.started.set(self.create()?);
+        }
+        Ok(())
+    }
+
+    /// Add an adopted rule: `rights` beneath the inode `fd` names (the root of a mount
+    /// the view just attached), to the ruleset [`Self::begin`] created. Runs after fork.
+    pub fn add_adopted(&self, fd: libc::c_int, rights: u64) -> Result<(), StepError> {
+        let ruleset = self.started.get();
+        if ruleset < 0 {
+            return Err(StepError {
+                step: "landlock_add_rule (no ruleset)",
+                errno: libc::EBADF,
+            });
+        }
+        add_path_rule(ruleset, fd, rights & self.handled_fs)
+    }
+
+    /// Close the ruleset [`Self::begin`] created, in a process that will not restrict
+    /// itself (the view's init, once the command has its own copy). Runs after fork.
+    pub fn release(&self) {
+        let ruleset = self.started.replace(-1);
+        if ruleset >= 0 {
+            // SAFETY: our own ruleset descriptor, closed once.
+            unsafe { libc::close(ruleset) };
+        }
     }
 
     /// Build the ruleset now, in the calling process, before the fork: create it and add
@@ -212,7 +273,10 @@ impl PreparedLandlock {
             // The descriptor is close-on-exec: this process's copy goes at exec.
             return restrict_self(ruleset.as_raw_fd(), self.restrict_flags);
         }
-        let ruleset = self.create()?;
+        let ruleset = match self.started.replace(-1) {
+            -1 => self.create()?,
+            started => started,
+        };
         let added = add_path_rules(ruleset, &self.rules)
             .and_then(|()| add_port_rules(ruleset, &self.ports))
             .and_then(|()| restrict_self(ruleset, self.restrict_flags));
@@ -242,7 +306,7 @@ fn prebuild_error(e: StepError) -> anyhow::Error {
 fn add_path_rules(ruleset: libc::c_int, rules: &[PathRule]) -> Result<(), StepError> {
     let mut dir = Dir { key: &[], fd: -1 };
     for rule in rules {
-        if rule.rights == 0 {
+        if rule.rights == 0 || rule.by_view {
             continue;
         }
         let fd = dir.open(rule);
@@ -252,26 +316,32 @@ fn add_path_rules(ruleset: libc::c_int, rules: &[PathRule]) -> Result<(), StepEr
             }
             return Err(StepError::last("open a Landlock rule's path"));
         }
-        let attr = PathBeneathAttr {
-            allowed_access: rule.rights,
-            parent_fd: fd,
-        };
-        // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                ruleset,
-                RULE_PATH_BENEATH,
-                &attr as *const PathBeneathAttr,
-                0,
-            )
-        };
-        let err = StepError::last("landlock_add_rule (path)");
+        let added = add_path_rule(ruleset, fd, rule.rights);
         // SAFETY: fd was opened above and is closed once.
         unsafe { libc::close(fd) };
-        if rc < 0 {
-            return Err(err);
-        }
+        added?;
+    }
+    Ok(())
+}
+
+/// One path-beneath rule: `rights` beneath the inode `fd` names.
+fn add_path_rule(ruleset: libc::c_int, fd: libc::c_int, rights: u64) -> Result<(), StepError> {
+    let attr = PathBeneathAttr {
+        allowed_access: rights,
+        parent_fd: fd,
+    };
+    // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(StepError::last("landlock_add_rule (path)"));
     }
     Ok(())
 }

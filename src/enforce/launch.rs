@@ -491,7 +491,12 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
         check(err_w, egress_listen(egress_w));
     }
     if let Some(view) = &p.view {
-        if let Err(e) = view.apply() {
+        // The view adds the Landlock rules it adopted as it mounts: their ruleset first.
+        let landlock = p.landlock.as_ref().filter(|l| l.adopted_any());
+        if let Some(ll) = landlock {
+            check(err_w, ll.begin());
+        }
+        if let Err(e) = view.apply(landlock) {
             let step = StepError {
                 step: e.step,
                 errno: e.errno,
@@ -507,6 +512,10 @@ fn init_main(p: &Prepared, err_w: RawFd, status_w: RawFd, egress_w: RawFd, sup_f
     }
     if cmd == 0 {
         command_main(p, err_w, None);
+    }
+    // The command has its own copy of the ruleset the view started; init needs none.
+    if let Some(ll) = &p.landlock {
+        ll.release();
     }
     // SAFETY: init keeps no descriptor the supervisor waits on, so EOF reaches it once
     // the command has exec'd (or failed).

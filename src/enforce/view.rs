@@ -43,12 +43,18 @@
 //!    `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint, or, where the
 //!    mountpoint was just created on our own tmpfs, by its name relative to the kept
 //!    directory (no symlink followed). A mask is made read-only as soon as the last mount
-//!    inside it (a carve-out) is in place.
+//!    inside it (a carve-out) is in place. Where the plan has a Landlock rule at exactly a
+//!    bind's target and no later mount hides that bind ([`PreparedView::adopt_landlock`]),
+//!    the rule is added right after the attach, on the mount's own descriptor: its root is
+//!    the inode the command reaches at that path once the view is final, which is where
+//!    a rule added by opening the path then would bind too, and the path is not opened a
+//!    second time. The ruleset is only enforced later, by the command, as before.
 //! 5. Makes `/dev`'s tmpfs and the new root itself read-only, removes the empty file used
 //!    for file masks, `pivot_root(".", ".")` into the new root, detaches the old root
 //!    (`umount2(MNT_DETACH)`) and `chdir("/")`. Every descriptor it opened is closed on
 //!    return, on success and on error.
 
+use super::landlock::PreparedLandlock;
 use crate::plan::Mount;
 use anyhow::{bail, Context as _};
 use std::cell::Cell;
@@ -185,6 +191,9 @@ enum Op {
         dev_ino: (u64, u64),
         /// Beneath the staging dir or above it: cloned before the new root covers it.
         early: bool,
+        /// Landlock rights the view adds on the attached mount itself (see
+        /// [`PreparedView::adopt_landlock`]); 0: none.
+        landlock: u64,
     },
     MaskDir {
         target: CString,
@@ -251,6 +260,7 @@ pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
                     attr,
                     dev_ino: *dev_ino,
                     early: source.starts_with(staging) || staging.starts_with(source),
+                    landlock: 0,
                 }
             }
             Mount::MaskDir { target } => Op::MaskDir {
@@ -368,12 +378,65 @@ impl PreparedView {
         self.ops.is_empty()
     }
 
+    /// Take over the Landlock rules whose path is exactly where a bind is attached and
+    /// stays visible (no later mount at that path or above it): `apply` adds each on the
+    /// descriptor of the mount it has just attached there, whose root is the very inode
+    /// the command reaches at that path, so the rule binds where an `open` of the path in
+    /// the finished view would have bound it, without opening it. `apply` must then be
+    /// given `landlock`, after [`PreparedLandlock::begin`].
+    pub fn adopt_landlock(&mut self, landlock: &mut PreparedLandlock) {
+        // The last op at each target.
+        let last: HashMap<&[u8], usize> = self
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (op.target().to_bytes(), i))
+            .collect();
+        let visible = |i: usize, target: &[u8]| {
+            let mut t = target;
+            loop {
+                if last.get(t).is_some_and(|&j| j > i) {
+                    return false;
+                }
+                match t.iter().rposition(|c| *c == b'/') {
+                    Some(cut) => t = &t[..cut],
+                    None => return true,
+                }
+            }
+        };
+        let mut at: HashMap<&[u8], usize> = HashMap::with_capacity(self.ops.len());
+        for (i, op) in self.ops.iter().enumerate() {
+            if let Op::Bind { target, .. } = op {
+                if visible(i, target.to_bytes()) {
+                    at.insert(target.to_bytes(), i);
+                }
+            }
+        }
+        let mut adopted = Vec::new();
+        landlock.adopt(
+            |path, rights| match path.strip_prefix(b"/").and_then(|p| at.get(p)) {
+                Some(&i) => {
+                    adopted.push((i, rights));
+                    true
+                }
+                None => false,
+            },
+        );
+        drop(at);
+        drop(last);
+        for (i, rights) in adopted {
+            if let Op::Bind { landlock, .. } = &mut self.ops[i] {
+                *landlock |= rights;
+            }
+        }
+    }
+
     /// Build the view and pivot into it (see the module documentation). Runs in the child
     /// after fork, as PID 1 of a new PID namespace, inside a new mount namespace (and user
     /// namespace when not root) with full capabilities there. Async-signal-safe: no heap
     /// allocation, no locks. On success the root is the view and the cwd is `/`; on error
     /// the process is in an undefined half-built view and must exit.
-    pub fn apply(&self) -> Result<(), StepError> {
+    pub fn apply(&self, landlock: Option<&PreparedLandlock>) -> Result<(), StepError> {
         let global = at(NO_INDEX);
         // Step 2 holds its sources open at once: make room when there are very many.
         let _nofile = NofileAtLeast::raise(self.early + 64);
@@ -436,6 +499,7 @@ impl PreparedView {
                     attr,
                     dev_ino,
                     early,
+                    landlock: rights,
                 } => {
                     let tree = if *early {
                         Fd(self.held[i].replace(-1))
@@ -447,6 +511,19 @@ impl PreparedView {
                     points
                         .attach(root.0, target, leaf, &owned, tree.0)
                         .map_err(&err)?;
+                    if *rights != 0 {
+                        // The mount's root is the inode the command reaches at `target`.
+                        match landlock {
+                            Some(ll) => ll.add_adopted(tree.0, *rights).map_err(|e| StepError {
+                                step: e.step,
+                                errno: e.errno,
+                                index: i,
+                            })?,
+                            None => {
+                                return Err(err(("Landlock rule without a ruleset", libc::EINVAL)))
+                            }
+                        }
+                    }
                 }
                 Op::MaskDir { target } => {
                     let fs = new_fs(
@@ -1667,7 +1744,7 @@ mod tests {
         let f = fixture(unprivileged.then_some(NOBODY));
         let view = prepare(&fixture_mounts(&f)).unwrap();
         let r = in_namespaces(unprivileged, || {
-            view.apply().map_err(|e| e.to_string())?;
+            view.apply(None).map_err(|e| e.to_string())?;
             // SAFETY: geteuid has no preconditions.
             let euid = unsafe { libc::geteuid() };
             ensure(
@@ -1726,7 +1803,7 @@ mod tests {
         fs::rename(&data, dir.0.join("data.old")).unwrap();
         replace(&data, &other);
         let mut got = None;
-        let r = in_namespaces(false, || match view.apply() {
+        let r = in_namespaces(false, || match view.apply(None) {
             Ok(()) => Err("apply accepted a swapped source".into()),
             Err(e) => Err(format!("{}|{}|{}", e.step, e.errno, e.index)),
         });
@@ -1871,12 +1948,55 @@ mod tests {
             },
         ];
         let view = prepare(&mounts).unwrap();
-        let r = in_namespaces(false, || match view.apply() {
+        let r = in_namespaces(false, || match view.apply(None) {
             Err(e) if e.errno == libc::ENOENT && e.index == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         });
         r.unwrap();
         assert!(!f.ws.join("not-on-host").exists());
+    }
+
+    /// Landlock rules at a bind's target are adopted by the view, unless a later mount
+    /// at that path (or above it) hides the bind; other rules stay with Landlock.
+    #[test]
+    fn view_adopts_landlock_rules_only_where_its_bind_stays_visible() {
+        let b = |p: &str| Mount::Bind {
+            source: PathBuf::from(p),
+            target: PathBuf::from(p),
+            is_dir: true,
+            read_only: true,
+            exec: false,
+            device: false,
+            dev_ino: (1, 1),
+        };
+        let mut view = prepare(&[
+            b("/x"),
+            b("/x/y"),
+            b("/x/y/z"),
+            Mount::MaskDir {
+                target: PathBuf::from("/x/y"),
+            },
+            b("/w"),
+        ])
+        .unwrap();
+        let rules: Vec<(PathBuf, u64)> = ["/x", "/x/y", "/x/y/z", "/w", "/v"]
+            .iter()
+            .map(|p| (PathBuf::from(p), 1))
+            .collect();
+        let mut ll = PreparedLandlock::new(1, 0, 0, &rules, &[])
+            .unwrap()
+            .unwrap();
+        view.adopt_landlock(&mut ll);
+        let adopted: Vec<u64> = view
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Bind { landlock, .. } => *landlock,
+                _ => u64::MAX,
+            })
+            .collect();
+        assert_eq!(adopted, [1, 0, 0, u64::MAX, 1]);
+        assert!(ll.adopted_any());
     }
 
     #[test]
@@ -1953,7 +2073,7 @@ mod tests {
             if !lowered || low.rlim_max < 2048 {
                 return Err("setrlimit".into());
             }
-            view.apply().map_err(|e| e.to_string())?;
+            view.apply(None).map_err(|e| e.to_string())?;
             ensure(nofile_soft() == 128, "RLIMIT_NOFILE not restored")?;
             for base in [&late, &early] {
                 for i in [0, N / 2, N - 1] {
@@ -2034,7 +2154,7 @@ mod tests {
                 .iter()
                 .position(|m| matches!(m, Mount::Bind { target, .. } if *target == f.ws))
                 .unwrap();
-            let r = in_namespaces(unprivileged, || match view.apply() {
+            let r = in_namespaces(unprivileged, || match view.apply(None) {
                 Err(e)
                     if e.index == ws_index && e.step == "mountpoint missing inside a host bind" =>
                 {
@@ -2048,7 +2168,7 @@ mod tests {
         }
         let ws = f.ws.clone();
         let r = in_namespaces(unprivileged, || {
-            view.apply()
+            view.apply(None)
                 .map_err(|e| format!("{e} ({:?})", plan.mounts.get(e.index)))?;
             fs::write(ws.join("from-default"), "ok").map_err(|e| format!("cwd: {e}"))?;
             ensure(

@@ -542,7 +542,7 @@ impl Resolver {
 /// word). SipHash's resistance to chosen keys buys nothing here: the keys are the
 /// policy's own paths, and there are thousands of them on every launch.
 #[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
+pub(crate) struct FxHasher(u64);
 
 impl std::hash::Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -566,7 +566,7 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 type FastSet<K> = HashSet<K, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// A normalised absolute path other than `/` (no `.`, `..`, doubled or trailing

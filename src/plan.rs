@@ -470,30 +470,15 @@ const RESOLVE_THREADS: usize = 4;
 /// with its own [`Resolver`]: a `stat` per path is most of the cost, and they run in
 /// parallel. The threads are joined before this returns.
 fn resolve_paths(rules: &[crate::policy::PathRule]) -> Vec<Result<Found, Unresolved>> {
-    let threads = if rules.len() >= PARALLEL_RESOLVE {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(RESOLVE_THREADS))
-    } else {
-        1
-    };
-    let resolve_part = |part: &[crate::policy::PathRule]| {
+    crate::parallel::in_parts(rules, PARALLEL_RESOLVE, RESOLVE_THREADS, |part| {
         let mut resolver = Resolver::default();
         part.iter()
             .map(|r| resolver.resolve(&r.path))
             .collect::<Vec<_>>()
-    };
-    if threads <= 1 {
-        return resolve_part(rules);
-    }
-    std::thread::scope(|s| {
-        let workers: Vec<_> = rules
-            .chunks(rules.len().div_ceil(threads))
-            .map(|part| s.spawn(move || resolve_part(part)))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().expect("a path resolver panicked"))
-            .collect()
     })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 struct Found {

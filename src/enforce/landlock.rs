@@ -213,28 +213,12 @@ impl PreparedLandlock {
         // SAFETY: a descriptor just created, owned by nothing else.
         let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset) };
         let fd = ruleset.as_raw_fd();
-        let threads = if self.rules.len() >= PARALLEL_RULES {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
-        } else {
-            1
-        };
-        if threads > 1 {
-            let chunk = self.rules.len().div_ceil(threads);
-            std::thread::scope(|s| {
-                let workers: Vec<_> = self
-                    .rules
-                    .chunks(chunk)
-                    .map(|part| s.spawn(move || add_path_rules(fd, part)))
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("a Landlock worker panicked"))
-                    .collect::<Result<Vec<()>, StepError>>()
-            })
-            .map_err(prebuild_error)?;
-        } else {
-            add_path_rules(fd, &self.rules).map_err(prebuild_error)?;
-        }
+        crate::parallel::in_parts(&self.rules, PARALLEL_RULES, MAX_THREADS, |part| {
+            add_path_rules(fd, part)
+        })
+        .into_iter()
+        .collect::<Result<Vec<()>, StepError>>()
+        .map_err(prebuild_error)?;
         add_port_rules(fd, &self.ports).map_err(prebuild_error)?;
         self.prebuilt = Some(ruleset);
         Ok(self)

@@ -1591,7 +1591,7 @@ mod tests {
     /// rules' order, a missing path where it was written.
     #[test]
     fn paths_resolve_in_order_across_threads() {
-        let dir = std::env::temp_dir().join(format!("cordon-plan-resolve-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("cordon-plan-parallel-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let dir = dir.canonicalize().unwrap();
         let n = PARALLEL_RESOLVE * 2 + 7;

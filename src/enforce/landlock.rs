@@ -192,7 +192,8 @@ impl PreparedLandlock {
     }
 
     /// Close the ruleset [`Self::begin`] created, in a process that will not restrict
-    /// itself (the view's init, once the command has its own copy). Runs after fork.
+    /// itself (the view's init, once the command has started with its own copy of the
+    /// descriptor). Runs after fork.
     pub fn release(&self) {
         let ruleset = self.started.replace(-1);
         if ruleset >= 0 {
@@ -257,15 +258,22 @@ impl PreparedLandlock {
             // The descriptor is close-on-exec: this process's copy goes at exec.
             return restrict_self(ruleset.as_raw_fd(), self.restrict_flags);
         }
-        let ruleset = match self.started.replace(-1) {
-            -1 => self.create()?,
-            started => started,
+        // A ruleset the view's init started is only read here, not taken: this process may
+        // share init's memory (a vfork-like start), and init closes its own copy. Ours is
+        // close-on-exec.
+        let started = self.started.get();
+        let ruleset = if started >= 0 {
+            started
+        } else {
+            self.create()?
         };
         let added = add_path_rules(ruleset, &self.rules)
             .and_then(|()| add_port_rules(ruleset, &self.ports))
             .and_then(|()| restrict_self(ruleset, self.restrict_flags));
-        // SAFETY: closing our own ruleset fd once.
-        unsafe { libc::close(ruleset) };
+        if started < 0 {
+            // SAFETY: closing the ruleset fd created above, once.
+            unsafe { libc::close(ruleset) };
+        }
         added
     }
 }

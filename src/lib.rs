@@ -9,6 +9,7 @@ pub mod egress;
 pub mod enforce;
 pub mod explain;
 pub mod facts;
+pub mod parallel;
 pub mod plan;
 pub mod policy;
 pub mod report;

@@ -9,6 +9,7 @@ use cordon::facts;
 use cordon::plan::{self, Plan};
 use cordon::policy::{self, builtin, Context};
 use cordon::supervise::{self, NamespacesRefused, RunOptions, Status, Verbosity, EXIT_CORDON};
+use std::mem::ManuallyDrop;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -136,8 +137,10 @@ fn run_sandboxed(args: &RunArgs) -> anyhow::Result<supervise::Outcome> {
     overrides.keep_scratch = args.keep_scratch;
     overrides.max_output = args.max_output.clone();
     let facts = facts::gather()?;
-    let policy = policy::load(&overrides, &context(&facts))?;
-    let plan = plan::build(&policy, &facts, &args.command)?;
+    // The policy and the plan live until the process exits: freeing them (tens of
+    // thousands of allocations for a large policy) would only delay the exit.
+    let policy = ManuallyDrop::new(policy::load(&overrides, &context(&facts))?);
+    let plan = ManuallyDrop::new(plan::build(&policy, &facts, &args.command)?);
     supervise::check_enforceable(&plan, verbosity)?;
     match supervise::run(&plan, &facts, &opts) {
         Ok(outcome) => Ok(outcome),

@@ -389,10 +389,10 @@ pub fn build(policy: &Policy, facts: &Facts, argv: &[OsString]) -> Result<Plan, 
 /// Canonicalise every rule; a missing path is an error unless optional (or a deny,
 /// which protects nothing when there is nothing to protect).
 fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, PlanError> {
-    let mut resolver = Resolver::default();
+    let found = resolve_paths(&policy.rules);
     let mut out: Vec<PlannedRule> = Vec::with_capacity(policy.rules.len());
-    for rule in &policy.rules {
-        let (resolved, is_dir, dev_ino, note) = match resolver.resolve(&rule.path) {
+    for (rule, found) in policy.rules.iter().zip(found) {
+        let (resolved, is_dir, dev_ino, note) = match found {
             Ok(found) => (Some(found.real), found.is_dir, found.dev_ino, String::new()),
             Err(Unresolved::Stat(real, e)) => {
                 return Err(PlanError(format!(
@@ -461,6 +461,26 @@ fn resolve_rules(policy: &Policy, nested: bool) -> Result<Vec<PlannedRule>, Plan
 }
 
 /// A rule path resolved: canonical, with what `metadata` says of it.
+/// From this many rules on, paths are resolved by a few threads.
+const PARALLEL_RESOLVE: usize = 1000;
+/// At most this many threads resolve paths.
+const RESOLVE_THREADS: usize = 4;
+
+/// Resolve each rule's path, in order. A large policy is split among a few threads, each
+/// with its own [`Resolver`]: a `stat` per path is most of the cost, and they run in
+/// parallel. The threads are joined before this returns.
+fn resolve_paths(rules: &[crate::policy::PathRule]) -> Vec<Result<Found, Unresolved>> {
+    crate::parallel::in_parts(rules, PARALLEL_RESOLVE, RESOLVE_THREADS, |part| {
+        let mut resolver = Resolver::default();
+        part.iter()
+            .map(|r| resolver.resolve(&r.path))
+            .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 struct Found {
     real: PathBuf,
     is_dir: bool,
@@ -542,7 +562,7 @@ impl Resolver {
 /// word). SipHash's resistance to chosen keys buys nothing here: the keys are the
 /// policy's own paths, and there are thousands of them on every launch.
 #[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
+pub(crate) struct FxHasher(u64);
 
 impl std::hash::Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -566,7 +586,7 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 type FastSet<K> = HashSet<K, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// A normalised absolute path other than `/` (no `.`, `..`, doubled or trailing
@@ -1565,6 +1585,44 @@ mod tests {
                 "/scratch>/run/cordon"
             ]
         );
+    }
+
+    /// A large policy is resolved by several threads: the results come back in the
+    /// rules' order, a missing path where it was written.
+    #[test]
+    fn paths_resolve_in_order_across_threads() {
+        let dir = std::env::temp_dir().join(format!("cordon-plan-parallel-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let n = PARALLEL_RESOLVE * 2 + 7;
+        let rules: Vec<crate::policy::PathRule> = (0..n)
+            .map(|i| {
+                let p = dir.join(format!("e{i:05}"));
+                if i % 3 != 1 {
+                    std::fs::write(&p, "").unwrap();
+                }
+                crate::policy::PathRule {
+                    path: p,
+                    optional: true,
+                    access: Access::Ro,
+                    origin: Origin::command_line("--ro"),
+                }
+            })
+            .collect();
+        let found = resolve_paths(&rules);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found.len(), n);
+        for (i, (rule, f)) in rules.iter().zip(&found).enumerate() {
+            match f {
+                Ok(f) => {
+                    assert_ne!(i % 3, 1, "{}", rule.path.display());
+                    assert_eq!(f.real, rule.path);
+                    assert!(!f.is_dir);
+                }
+                Err(Unresolved::Missing(_)) => assert_eq!(i % 3, 1, "{}", rule.path.display()),
+                Err(Unresolved::Stat(..)) => panic!("{}: stat failed", rule.path.display()),
+            }
+        }
     }
 
     fn planned(path: &str, access: Access) -> PlannedRule {

@@ -257,6 +257,14 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         None
     };
+    // Without the view the command sees the host's paths: the ruleset is built here,
+    // before the fork (by several threads for a large policy), and the child only
+    // restricts itself with it. With the view it is built in the child, on the paths
+    // of the finished view.
+    let landlock = match landlock {
+        Some(l) if !plan.view => Some(l.prebuild()?),
+        l => l,
+    };
     let filter = if facts.seccomp {
         Some(seccomp::prepare(&seccomp::FilterSpec {
             deny_inet_sockets: plan.seccomp.deny_inet_sockets,
@@ -266,11 +274,17 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     } else {
         None
     };
-    let prepared_view = if plan.view {
+    let mut prepared_view = if plan.view {
         Some(view::prepare(&plan.mounts)?)
     } else {
         None
     };
+    // Rules at the paths where the view attaches a bind are added by the view, on the
+    // mount itself, rather than opened again in the finished view.
+    let mut landlock = landlock;
+    if let (Some(v), Some(l)) = (prepared_view.as_mut(), landlock.as_mut()) {
+        v.adopt_landlock(l);
+    }
     let output = match plan.max_output {
         Some(limit) => Some(OutputBound::new(limit)?),
         None => None,
@@ -737,6 +751,9 @@ fn egress_config(plan: &Plan, opts: &RunOptions) -> anyhow::Result<EgressConfig>
     })
 }
 
+/// The buffer the plan is published through: one write for a small plan.
+const PUBLISH_BUFFER: usize = 256 * 1024;
+
 /// The run's private directory: created mode 0700 for the command's identity, removed
 /// on drop without following any symlink the command planted.
 #[derive(Debug)]
@@ -842,14 +859,18 @@ impl Scratch {
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(crate::plan::PLAN_FILE);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o444)
             .open(&path)
             .with_context(|| format!("cannot publish the plan at {}", path.display()))?;
-        // One write: the plan is on every launch's path.
-        file.write_all(&serde_json::to_vec(plan)?)?;
+        // Through a buffer of fixed size: the plan is on every launch's path, and with
+        // thousands of rules it is megabytes; serialising it whole first would grow a
+        // buffer that large (copies and page faults) before a single write.
+        let mut out = std::io::BufWriter::with_capacity(PUBLISH_BUFFER, file);
+        serde_json::to_writer(&mut out, plan)?;
+        out.flush()?;
         Ok(())
     }
 

@@ -191,6 +191,42 @@ fn rw_flag_writes_and_leaves_siblings_closed() {
     assert!(!other.join("new").exists());
 }
 
+/// A policy with thousands of grants (built by several threads without the view, bound
+/// one by one with it) grants each of them, and nothing next to them.
+#[test]
+fn thousands_of_grants_each_apply_and_nothing_else() {
+    const N: usize = 1100;
+    let fx = Fixture::new("many-grants");
+    let top = fx.dir("many");
+    let mut toml = String::from("extends = [\"default\"]\n[fs]\nro = [\n");
+    for i in 0..N {
+        let d = top.join(format!("d{i:05}"));
+        fx.write(&d.join("f"), "data");
+        toml.push_str(&format!("  \"{}\",\n", s(&d)));
+    }
+    toml.push_str("]\n");
+    let policy = fx.policy("many.toml", &toml);
+    let hidden = top.join("not-granted");
+    fx.write(&hidden.join("f"), "secret");
+    let first = top.join("d00000").join("f");
+    let middle = top.join(format!("d{:05}", N / 2)).join("f");
+    let last = top.join(format!("d{:05}", N - 1)).join("f");
+    let flags = ["-p", s(&policy)];
+    assert_eq!(
+        fx.probe(
+            &flags,
+            &[
+                ("read", s(&first)),
+                ("read", s(&middle)),
+                ("read", s(&last)),
+                ("write", s(&middle)),
+                ("read", s(&hidden.join("f"))),
+            ]
+        ),
+        ["OK", "OK", "OK", readonly_errno(), ungranted_errno()]
+    );
+}
+
 #[test]
 fn rx_runs_a_script_and_ro_does_not() {
     let fx = Fixture::new("rx-flag");

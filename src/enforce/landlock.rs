@@ -1,9 +1,16 @@
 //! Landlock through raw syscalls, so the ruleset can be built in the child after the
 //! view is final, without allocating. The `landlock` crate supplies the rights for each
-//! ABI (in `plan`); here we only hand numbers to the kernel.
+//! ABI (in `plan`); here we only hand numbers to the kernel. Without the view the
+//! ruleset is built before the fork instead ([`PreparedLandlock::prebuild`]), by a few
+//! threads when it is large, and the child only restricts itself with it. With the view,
+//! the rules at a bind's target are added by the view as it attaches the bind
+//! ([`PreparedLandlock::adopt`]), the rest by the command's process before it restricts
+//! itself.
 
 use super::StepError;
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 #[repr(C)]
 struct RulesetAttr {
@@ -40,6 +47,13 @@ pub struct PreparedLandlock {
     /// `landlock_restrict_self` flags: LOG_NEW_EXEC_ON when `--report` wants the denials
     /// of the executed command in the audit log (ABI 7).
     restrict_flags: u32,
+    /// The ruleset with every rule added, built before the fork by [`Self::prebuild`];
+    /// `apply` then only restricts. Close-on-exec, closed in the parent on drop.
+    prebuilt: Option<OwnedFd>,
+    /// The ruleset created in the child before the view ([`Self::begin`]), which adds
+    /// the rules it adopted while it mounts; `-1`: none. A cell: the child sets it in
+    /// its own copy of this value (`apply` and the view take `&self`).
+    started: Cell<libc::c_int>,
 }
 
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): log denials after `execve` too.
@@ -54,6 +68,8 @@ struct PathRule {
     /// Where the last component starts in `path`; 0: open the whole path.
     name_at: usize,
     rights: u64,
+    /// Added by the view, on the mount it attached at this path ([`PreparedLandlock::adopt`]).
+    by_view: bool,
 }
 
 impl PathRule {
@@ -73,6 +89,7 @@ impl PathRule {
             path,
             name_at,
             rights,
+            by_view: false,
         }
     }
 
@@ -119,6 +136,8 @@ impl PreparedLandlock {
             scoped,
             rules,
             restrict_flags: 0,
+            prebuilt: None,
+            started: Cell::new(-1),
             ports: ports
                 .iter()
                 .map(|(p, r)| (u64::from(*p), *r & handled_net))
@@ -133,12 +152,81 @@ impl PreparedLandlock {
         self
     }
 
-    /// Create the ruleset, add every rule and restrict this process. Runs after fork:
-    /// raw syscalls only, no allocation. `no_new_privs` must already be set.
-    ///
-    /// A rule whose path does not exist is skipped: a missing grant only ever means less
-    /// access. Any other failure aborts the launch.
-    pub fn apply(&self) -> Result<(), StepError> {
+    /// Hand rules over to the view: `take(path, rights)` is asked for each rule and
+    /// returns whether the view will add it itself, on the descriptor of the mount it
+    /// attaches at exactly that path (the path's inode, as the command will reach it).
+    /// Those rules are then neither opened nor added by [`Self::apply`].
+    pub fn adopt(&mut self, mut take: impl FnMut(&[u8], u64) -> bool) {
+        for rule in &mut self.rules {
+            if rule.rights != 0 && take(rule.path.as_bytes(), rule.rights) {
+                rule.by_view = true;
+            }
+        }
+    }
+
+    /// Whether the view adopted any rule (and so needs [`Self::begin`] first).
+    pub fn adopted_any(&self) -> bool {
+        self.rules.iter().any(|r| r.by_view)
+    }
+
+    /// Create the ruleset in the child, before the view adds the rules it adopted. Runs
+    /// after fork: raw syscalls only.
+    pub fn begin(&self) -> Result<(), StepError> {
+        if self.started.get() < 0 {
+            self.started.set(self.create()?);
+        }
+        Ok(())
+    }
+
+    /// Add an adopted rule: `rights` beneath the inode `fd` names (the root of a mount
+    /// the view just attached), to the ruleset [`Self::begin`] created. Runs after fork.
+    pub fn add_adopted(&self, fd: libc::c_int, rights: u64) -> Result<(), StepError> {
+        let ruleset = self.started.get();
+        if ruleset < 0 {
+            return Err(StepError {
+                step: "landlock_add_rule (no ruleset)",
+                errno: libc::EBADF,
+            });
+        }
+        add_path_rule(ruleset, fd, rights & self.handled_fs)
+    }
+
+    /// Close the ruleset [`Self::begin`] created, in a process that will not restrict
+    /// itself (the view's init, once the command has started with its own copy of the
+    /// descriptor). Runs after fork.
+    pub fn release(&self) {
+        let ruleset = self.started.replace(-1);
+        if ruleset >= 0 {
+            // SAFETY: our own ruleset descriptor, closed once.
+            unsafe { libc::close(ruleset) };
+        }
+    }
+
+    /// Build the ruleset now, in the calling process, before the fork: create it and add
+    /// every rule, so that the child only has to call `landlock_restrict_self`. For runs
+    /// without the view, where the command sees the same paths as the launcher (a rule
+    /// binds to the inode its path names when it is added). Thousands of rules are added
+    /// by a few threads, each with its own share of the (sorted) list: opening a path is
+    /// most of the cost of a rule, and opens run in parallel; the kernel serialises only
+    /// the insertion into the ruleset. The threads are joined before this returns.
+    pub fn prebuild(mut self) -> anyhow::Result<Self> {
+        let ruleset = self.create().map_err(prebuild_error)?;
+        // SAFETY: a descriptor just created, owned by nothing else.
+        let ruleset = unsafe { OwnedFd::from_raw_fd(ruleset) };
+        let fd = ruleset.as_raw_fd();
+        crate::parallel::in_parts(&self.rules, PARALLEL_RULES, MAX_THREADS, |part| {
+            add_path_rules(fd, part)
+        })
+        .into_iter()
+        .collect::<Result<Vec<()>, StepError>>()
+        .map_err(prebuild_error)?;
+        add_port_rules(fd, &self.ports).map_err(prebuild_error)?;
+        self.prebuilt = Some(ruleset);
+        Ok(self)
+    }
+
+    /// `landlock_create_ruleset` with the handled rights and scopes.
+    fn create(&self) -> Result<libc::c_int, StepError> {
         let attr = RulesetAttr {
             handled_access_fs: self.handled_fs,
             handled_access_net: self.handled_net,
@@ -156,76 +244,132 @@ impl PreparedLandlock {
         if ruleset < 0 {
             return Err(StepError::last("landlock_create_ruleset"));
         }
-        let ruleset = ruleset as libc::c_int;
-        let mut dir = Dir { key: &[], fd: -1 };
-        for rule in &self.rules {
-            if rule.rights == 0 {
+        Ok(ruleset as libc::c_int)
+    }
+
+    /// Create the ruleset, add every rule and restrict this process; with a ruleset
+    /// built before the fork, only restrict. Runs after fork: raw syscalls only, no
+    /// allocation. `no_new_privs` must already be set.
+    ///
+    /// A rule whose path does not exist is skipped: a missing grant only ever means less
+    /// access. Any other failure aborts the launch.
+    pub fn apply(&self) -> Result<(), StepError> {
+        if let Some(ruleset) = &self.prebuilt {
+            // The descriptor is close-on-exec: this process's copy goes at exec.
+            return restrict_self(ruleset.as_raw_fd(), self.restrict_flags);
+        }
+        // A ruleset the view's init started is only read here, not taken: this process may
+        // share init's memory (a vfork-like start), and init closes its own copy. Ours is
+        // close-on-exec.
+        let started = self.started.get();
+        let ruleset = if started >= 0 {
+            started
+        } else {
+            self.create()?
+        };
+        let added = add_path_rules(ruleset, &self.rules)
+            .and_then(|()| add_port_rules(ruleset, &self.ports))
+            .and_then(|()| restrict_self(ruleset, self.restrict_flags));
+        if started < 0 {
+            // SAFETY: closing the ruleset fd created above, once.
+            unsafe { libc::close(ruleset) };
+        }
+        added
+    }
+}
+
+/// Below this many path rules the ruleset is built by one thread.
+const PARALLEL_RULES: usize = 1000;
+/// At most this many threads build a ruleset.
+const MAX_THREADS: usize = 4;
+
+/// A failure of [`PreparedLandlock::prebuild`], worded like one in the child.
+fn prebuild_error(e: StepError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "setting up the sandbox failed at `{}`: {}",
+        e.step,
+        std::io::Error::from_raw_os_error(e.errno)
+    )
+}
+
+/// Add the path rules to `ruleset`, each path opened relative to its parent directory,
+/// kept open for the next sibling. Raw syscalls only, no allocation: it runs in the
+/// child after fork too.
+fn add_path_rules(ruleset: libc::c_int, rules: &[PathRule]) -> Result<(), StepError> {
+    let mut dir = Dir { key: &[], fd: -1 };
+    for rule in rules {
+        if rule.rights == 0 || rule.by_view {
+            continue;
+        }
+        let fd = dir.open(rule);
+        if fd < 0 {
+            if super::errno() == libc::ENOENT {
                 continue;
             }
-            let fd = dir.open(rule);
-            if fd < 0 {
-                if super::errno() == libc::ENOENT {
-                    continue;
-                }
-                return Err(StepError::last("open a Landlock rule's path"));
-            }
-            let attr = PathBeneathAttr {
-                allowed_access: rule.rights,
-                parent_fd: fd,
-            };
-            // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset,
-                    RULE_PATH_BENEATH,
-                    &attr as *const PathBeneathAttr,
-                    0,
-                )
-            };
-            let err = StepError::last("landlock_add_rule (path)");
-            // SAFETY: fd was opened above and is closed once.
-            unsafe { libc::close(fd) };
-            if rc < 0 {
-                return Err(err);
-            }
+            return Err(StepError::last("open a Landlock rule's path"));
         }
-        drop(dir);
-        for (port, rights) in &self.ports {
-            let rule = NetPortAttr {
-                allowed_access: *rights,
-                port: *port,
-            };
-            // SAFETY: rule is a valid landlock_net_port_attr; ruleset is open.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset,
-                    RULE_NET_PORT,
-                    &rule as *const NetPortAttr,
-                    0,
-                )
-            };
-            if rc < 0 {
-                return Err(StepError::last("landlock_add_rule (port)"));
-            }
-        }
-        // SAFETY: ruleset is an open Landlock ruleset fd.
+        let added = add_path_rule(ruleset, fd, rule.rights);
+        // SAFETY: fd was opened above and is closed once.
+        unsafe { libc::close(fd) };
+        added?;
+    }
+    Ok(())
+}
+
+/// One path-beneath rule: `rights` beneath the inode `fd` names.
+fn add_path_rule(ruleset: libc::c_int, fd: libc::c_int, rights: u64) -> Result<(), StepError> {
+    let attr = PathBeneathAttr {
+        allowed_access: rights,
+        parent_fd: fd,
+    };
+    // SAFETY: attr is a valid landlock_path_beneath_attr; ruleset and fd are open.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(StepError::last("landlock_add_rule (path)"));
+    }
+    Ok(())
+}
+
+/// Add the TCP port rules to `ruleset`.
+fn add_port_rules(ruleset: libc::c_int, ports: &[(u64, u64)]) -> Result<(), StepError> {
+    for (port, rights) in ports {
+        let rule = NetPortAttr {
+            allowed_access: *rights,
+            port: *port,
+        };
+        // SAFETY: rule is a valid landlock_net_port_attr; ruleset is open.
         let rc = unsafe {
             libc::syscall(
-                libc::SYS_landlock_restrict_self,
+                libc::SYS_landlock_add_rule,
                 ruleset,
-                self.restrict_flags,
+                RULE_NET_PORT,
+                &rule as *const NetPortAttr,
+                0,
             )
         };
-        let err = StepError::last("landlock_restrict_self");
-        // SAFETY: closing our own ruleset fd once.
-        unsafe { libc::close(ruleset) };
         if rc < 0 {
-            return Err(err);
+            return Err(StepError::last("landlock_add_rule (port)"));
         }
-        Ok(())
     }
+    Ok(())
+}
+
+/// `landlock_restrict_self(ruleset, flags)`.
+fn restrict_self(ruleset: libc::c_int, flags: u32) -> Result<(), StepError> {
+    // SAFETY: ruleset is an open Landlock ruleset fd.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, flags) };
+    if rc < 0 {
+        return Err(StepError::last("landlock_restrict_self"));
+    }
+    Ok(())
 }
 
 /// The parent directory of the last rule opened, kept for its siblings; closed on drop.

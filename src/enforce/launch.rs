@@ -512,7 +512,12 @@ fn init_main(
         check(err_w, egress_listen(egress_w));
     }
     if let Some(view) = &p.view {
-        if let Err(e) = view.apply() {
+        // The view adds the Landlock rules it adopted as it mounts: their ruleset first.
+        let landlock = p.landlock.as_ref().filter(|l| l.adopted_any());
+        if let Some(ll) = landlock {
+            check(err_w, ll.begin());
+        }
+        if let Err(e) = view.apply(landlock) {
             let step = StepError {
                 step: e.step,
                 errno: e.errno,
@@ -524,6 +529,10 @@ fn init_main(
     let cmd = clone_vfork(stack, &|| command_main(p, err_w, None));
     if cmd < 0 {
         fail(err_w, StepError::last("start the command"), 125);
+    }
+    // The command has its own copy of the ruleset the view started; init needs none.
+    if let Some(ll) = &p.landlock {
+        ll.release();
     }
     // SAFETY: init keeps no descriptor the supervisor waits on, so EOF reaches it once
     // the command has exec'd (or failed).

@@ -17,11 +17,14 @@
 //! 1. Makes every mount private (`MS_REC|MS_PRIVATE`), so nothing propagates to the host.
 //! 2. Pins the host sources that the new root will cover: those beneath the staging
 //!    directory [`STAGING`] (`/tmp`: the scratch dir, a workspace there), or above it.
-//!    Each is opened with `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)` (a symlink
-//!    swapped in after `plan` is refused, `ELOOP`), its `(dev, ino)` compared with the
-//!    plan's, and cloned with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)` with the rule's
-//!    reductions applied (`mount_setattr`: nosuid, nodev unless a device, rdonly, noexec)
-//!    to the detached clone. These few are held open until they are mounted.
+//!    Each is cloned with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE|AT_SYMLINK_NOFOLLOW)`
+//!    by name relative to its parent directory, which was opened with
+//!    `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`: no symlink is followed on the
+//!    way, and a symlink swapped in for the source after `plan` is refused (`ELOOP`).
+//!    The rule's reductions (nosuid, nodev unless a device, rdonly, noexec) are applied
+//!    to the detached clone in the same call (`open_tree_attr`, Linux 6.15; older
+//!    kernels: `mount_setattr` after `open_tree`), and the clone's `(dev, ino)` is
+//!    compared with the plan's. These few are held open until they are mounted.
 //! 3. Mounts the new root, a small tmpfs, over the staging directory. `/tmp` exists on
 //!    every Linux host and container. Covering it happens only inside the run's private
 //!    mount namespace, never on the host, and since every source beneath it was already
@@ -37,17 +40,25 @@
 //!    the last mountpoint is kept for the next one until a mount covers it. A missing
 //!    mountpoint is created only on a tmpfs of our own (the new root, a mask, `/dev`),
 //!    never inside a host bind (that is refused with `ENOENT`). Mounts are attached with
-//!    `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint. A mask is made
-//!    read-only as soon as the last mount inside it (a carve-out) is in place.
+//!    `move_mount(MOVE_MOUNT_T_EMPTY_PATH)` onto the opened mountpoint, or, where the
+//!    mountpoint was just created on our own tmpfs, by its name relative to the kept
+//!    directory (no symlink followed). A mask is made read-only as soon as the last mount
+//!    inside it (a carve-out) is in place. Where the plan has a Landlock rule at exactly a
+//!    bind's target and no later mount hides that bind ([`PreparedView::adopt_landlock`]),
+//!    the rule is added right after the attach, on the mount's own descriptor: its root is
+//!    the inode the command reaches at that path once the view is final, which is where
+//!    a rule added by opening the path then would bind too, and the path is not opened a
+//!    second time. The ruleset is only enforced later, by the command, as before.
 //! 5. Makes `/dev`'s tmpfs and the new root itself read-only, removes the empty file used
 //!    for file masks, `pivot_root(".", ".")` into the new root, detaches the old root
 //!    (`umount2(MNT_DETACH)`) and `chdir("/")`. Every descriptor it opened is closed on
 //!    return, on success and on error.
 
+use super::landlock::PreparedLandlock;
+use crate::plan::FastMap;
 use crate::plan::Mount;
 use anyhow::{bail, Context as _};
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -98,6 +109,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+/// `open_tree_attr` (Linux 6.15); the same number on every architecture.
+const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
 // include/uapi/linux/openat2.h
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
@@ -178,6 +191,9 @@ enum Op {
         dev_ino: (u64, u64),
         /// Beneath the staging dir or above it: cloned before the new root covers it.
         early: bool,
+        /// Landlock rights the view adds on the attached mount itself (see
+        /// [`PreparedView::adopt_landlock`]); 0: none.
+        landlock: u64,
     },
     MaskDir {
         target: CString,
@@ -243,7 +259,9 @@ pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
                     is_dir: *is_dir,
                     attr,
                     dev_ino: *dev_ino,
-                    early: source.starts_with(staging) || staging.starts_with(source),
+                    early: crate::plan::beneath(source, staging)
+                        || crate::plan::beneath(staging, source),
+                    landlock: 0,
                 }
             }
             Mount::MaskDir { target } => Op::MaskDir {
@@ -295,13 +313,13 @@ pub fn prepare(mounts: &[Mount]) -> anyhow::Result<PreparedView> {
 /// does): `(after op, mask op)`, ordered. Found by looking each target's ancestors up in
 /// a map of the masks, so thousands of mounts cost thousands of lookups.
 fn seal_points(ops: &[Op]) -> Vec<(usize, usize)> {
-    let masks: HashMap<&[u8], usize> = ops
+    let masks: FastMap<&[u8], usize> = ops
         .iter()
         .enumerate()
         .filter(|(_, op)| matches!(op, Op::MaskDir { .. }))
         .map(|(i, op)| (op.target().to_bytes(), i))
         .collect();
-    let mut after: HashMap<usize, usize> = masks.values().map(|&m| (m, m)).collect();
+    let mut after: FastMap<usize, usize> = masks.values().map(|&m| (m, m)).collect();
     if !masks.is_empty() {
         for (j, op) in ops.iter().enumerate() {
             let mut t = op.target().to_bytes();
@@ -319,8 +337,22 @@ fn seal_points(ops: &[Op]) -> Vec<(usize, usize)> {
     seals
 }
 
+/// An absolute path other than `/` with no empty, `.` or `..` component: what the plan
+/// gives for every mount. Checked by bytes, for thousands of mounts.
+fn plainly_normal(b: &[u8]) -> bool {
+    b.len() > 1
+        && b[0] == b'/'
+        && b[1..]
+            .split(|c| *c == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
 /// A normalized absolute host path as a C string.
 fn absolute(path: &Path) -> anyhow::Result<CString> {
+    let b = path.as_os_str().as_bytes();
+    if plainly_normal(b) {
+        return CString::new(b).context("NUL in a path");
+    }
     if !path.is_absolute() || path.components().any(|c| !normal_or_root(c)) {
         bail!(
             "source `{}` is not a normalized absolute path",
@@ -333,6 +365,10 @@ fn absolute(path: &Path) -> anyhow::Result<CString> {
 /// A normalized absolute view path, as a path relative to the new root. `/` itself is
 /// refused: the new root is cordon's own tmpfs.
 fn relative(path: &Path) -> anyhow::Result<CString> {
+    let b = path.as_os_str().as_bytes();
+    if plainly_normal(b) {
+        return CString::new(&b[1..]).context("NUL in a path");
+    }
     if !path.is_absolute() || path.components().any(|c| !normal_or_root(c)) {
         bail!(
             "target `{}` is not a normalized absolute path",
@@ -361,12 +397,66 @@ impl PreparedView {
         self.ops.is_empty()
     }
 
+    /// Take over the Landlock rules whose path is exactly where a bind is attached and
+    /// stays visible (no later mount at that path or above it): `apply` adds each on the
+    /// descriptor of the mount it has just attached there, whose root is the very inode
+    /// the command reaches at that path, so the rule binds where an `open` of the path in
+    /// the finished view would have bound it, without opening it. `apply` must then be
+    /// given `landlock`, after [`PreparedLandlock::begin`].
+    pub fn adopt_landlock(&mut self, landlock: &mut PreparedLandlock) {
+        // The last op at each target.
+        let last: FastMap<&[u8], usize> = self
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (op.target().to_bytes(), i))
+            .collect();
+        let visible = |i: usize, target: &[u8]| {
+            let mut t = target;
+            loop {
+                if last.get(t).is_some_and(|&j| j > i) {
+                    return false;
+                }
+                match t.iter().rposition(|c| *c == b'/') {
+                    Some(cut) => t = &t[..cut],
+                    None => return true,
+                }
+            }
+        };
+        let mut at: FastMap<&[u8], usize> = FastMap::default();
+        at.reserve(self.ops.len());
+        for (i, op) in self.ops.iter().enumerate() {
+            if let Op::Bind { target, .. } = op {
+                if visible(i, target.to_bytes()) {
+                    at.insert(target.to_bytes(), i);
+                }
+            }
+        }
+        let mut adopted = Vec::new();
+        landlock.adopt(
+            |path, rights| match path.strip_prefix(b"/").and_then(|p| at.get(p)) {
+                Some(&i) => {
+                    adopted.push((i, rights));
+                    true
+                }
+                None => false,
+            },
+        );
+        drop(at);
+        drop(last);
+        for (i, rights) in adopted {
+            if let Op::Bind { landlock, .. } = &mut self.ops[i] {
+                *landlock |= rights;
+            }
+        }
+    }
+
     /// Build the view and pivot into it (see the module documentation). Runs in the child
     /// after fork, as PID 1 of a new PID namespace, inside a new mount namespace (and user
     /// namespace when not root) with full capabilities there. Async-signal-safe: no heap
     /// allocation, no locks. On success the root is the view and the cwd is `/`; on error
     /// the process is in an undefined half-built view and must exit.
-    pub fn apply(&self) -> Result<(), StepError> {
+    pub fn apply(&self, landlock: Option<&PreparedLandlock>) -> Result<(), StepError> {
         let global = at(NO_INDEX);
         // Step 2 holds its sources open at once: make room when there are very many.
         let _nofile = NofileAtLeast::raise(self.early + 64);
@@ -429,6 +519,7 @@ impl PreparedView {
                     attr,
                     dev_ino,
                     early,
+                    landlock: rights,
                 } => {
                     let tree = if *early {
                         Fd(self.held[i].replace(-1))
@@ -437,11 +528,22 @@ impl PreparedView {
                             .map_err(&err)?
                     };
                     let leaf = if *is_dir { Leaf::Dir } else { Leaf::File };
-                    let point = points
-                        .open_point(root.0, target, leaf, &owned)
+                    points
+                        .attach(root.0, target, leaf, &owned, tree.0)
                         .map_err(&err)?;
-                    move_mount_fd(tree.0, point.0).map_err(&err)?;
-                    points.covered(target);
+                    if *rights != 0 {
+                        // The mount's root is the inode the command reaches at `target`.
+                        match landlock {
+                            Some(ll) => ll.add_adopted(tree.0, *rights).map_err(|e| StepError {
+                                step: e.step,
+                                errno: e.errno,
+                                index: i,
+                            })?,
+                            None => {
+                                return Err(err(("Landlock rule without a ruleset", libc::EINVAL)))
+                            }
+                        }
+                    }
                 }
                 Op::MaskDir { target } => {
                     let fs = new_fs(
@@ -450,11 +552,9 @@ impl PreparedView {
                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = points
-                        .open_point(root.0, target, Leaf::Dir, &owned)
+                    points
+                        .attach(root.0, target, Leaf::Dir, &owned, fs.0)
                         .map_err(&err)?;
-                    move_mount_fd(fs.0, point.0).map_err(&err)?;
-                    points.covered(target);
                     owned.add(fs.0).map_err(&err)?;
                     self.held[i].set(fs.into_raw());
                 }
@@ -473,11 +573,9 @@ impl PreparedView {
                             | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = points
-                        .open_point(root.0, target, Leaf::File, &owned)
+                    points
+                        .attach(root.0, target, Leaf::File, &owned, tree.0)
                         .map_err(&err)?;
-                    move_mount_fd(tree.0, point.0).map_err(&err)?;
-                    points.covered(target);
                 }
                 Op::Proc { target } => {
                     let fs = new_fs(
@@ -486,11 +584,9 @@ impl PreparedView {
                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                     )
                     .map_err(&err)?;
-                    let point = points
-                        .open_point(root.0, target, Leaf::Dir, &owned)
+                    points
+                        .attach(root.0, target, Leaf::Dir, &owned, fs.0)
                         .map_err(&err)?;
-                    move_mount_fd(fs.0, point.0).map_err(&err)?;
-                    points.covered(target);
                 }
                 Op::Dev { target } => {
                     devfs = build_dev(root.0, target, &owned, &nodes).map_err(&err)?;
@@ -589,6 +685,8 @@ struct DirCache<'a> {
     dir: Fd,
     /// For mountpoints: whether the directory is on a tmpfs of our own; found on demand.
     mine: Option<bool>,
+    /// For sources: the kernel has no `open_tree_attr` (before 6.15).
+    no_open_tree_attr: bool,
 }
 
 impl<'a> DirCache<'a> {
@@ -597,6 +695,7 @@ impl<'a> DirCache<'a> {
             key: &[],
             dir: Fd(-1),
             mine: None,
+            no_open_tree_attr: false,
         }
     }
 
@@ -652,6 +751,45 @@ impl<'a> DirCache<'a> {
             Err(libc::ENOENT) => create_leaf(dir, &name, leaf, false),
             Err(e) => Err(("open mountpoint", e)),
         }
+    }
+
+    /// Attach the detached mount `tree` at `rel` beneath `root` (see [`Self::open_point`]).
+    ///
+    /// Where the mountpoint is missing on a tmpfs of our own, it is created and the mount
+    /// attached to it by name, relative to the kept directory: the name was just created
+    /// by us, in a filesystem only this process can reach, and `move_mount` follows no
+    /// symlink on its target without `MOVE_MOUNT_T_SYMLINKS`. That saves opening and
+    /// closing every mountpoint of the many a large policy has in one directory. Anything
+    /// else (an existing name, a host bind) takes the careful way through `open_point`.
+    fn attach(
+        &mut self,
+        root: i32,
+        rel: &'a CStr,
+        leaf: Leaf,
+        owned: &Owned<'_>,
+        tree: i32,
+    ) -> Step<()> {
+        let (dir, name) = self.parent(root, rel, owned)?;
+        if self.mine(owned)? && create_fresh(dir, &name, leaf)? {
+            // SAFETY: empty NUL-terminated source path with MOVE_MOUNT_F_EMPTY_PATH names
+            // `tree`; `name` is one NUL-terminated component relative to `dir`.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    dir,
+                    name.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            };
+            check(r as libc::c_int, "move_mount")?;
+        } else {
+            let point = self.open_point(root, rel, leaf, owned)?;
+            move_mount_fd(tree, point.0)?;
+        }
+        self.covered(rel);
+        Ok(())
     }
 
     /// A mount now covers `rel`: a kept directory at or beneath it is the one underneath.
@@ -854,8 +992,16 @@ fn new_fs(fstype: &'static CStr, opts: &[(&CStr, &CStr)], attrs: u64) -> Step<Fd
     check_fd(r, step)
 }
 
-/// Open a host source without following any symlink, check it against the plan, and clone
-/// it detached with the rule's reductions applied.
+/// Clone a host source detached, with the rule's reductions applied, without following
+/// any symlink, and check it against the plan.
+///
+/// The source is cloned by name relative to its parent directory (`open_tree_attr`, one
+/// syscall: clone and attributes together), the parent opened with
+/// `openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)` and kept in `dirs` for the next
+/// sibling. The last component is not followed (`AT_SYMLINK_NOFOLLOW`): a symlink swapped
+/// in since `plan` yields a clone of the link itself, refused below with `ELOOP`, as
+/// `openat2` refuses it. The clone's root is the source's inode, so its `(dev, ino)` is
+/// what `plan` recorded.
 fn clone_source<'a>(
     dirs: &mut DirCache<'a>,
     source: &'a CStr,
@@ -863,35 +1009,44 @@ fn clone_source<'a>(
     dev_ino: (u64, u64),
     attr: u64,
 ) -> Step<Fd> {
-    let fd = open_source(dirs, source).map_err(|e| ("open source", e))?;
-    let st = fstat(fd.0).map_err(|e| ("open source", e))?;
-    let now_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    if (dev_ino != (0, 0) && (st.st_dev, st.st_ino) != dev_ino) || now_dir != is_dir {
+    let tree = clone_by_name(dirs, source, attr)?;
+    let st = fstat(tree.0).map_err(|e| ("open source", e))?;
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFLNK {
+        return Err(("open source", libc::ELOOP));
+    }
+    if (dev_ino != (0, 0) && (st.st_dev, st.st_ino) != dev_ino) || (kind == libc::S_IFDIR) != is_dir
+    {
         return Err(("source changed since plan", libc::ESTALE));
     }
-    let tree = open_tree(fd.0, libc::AT_RECURSIVE as libc::c_uint)?;
-    set_attr(tree.0, libc::AT_RECURSIVE as libc::c_uint, attr)?;
     Ok(tree)
 }
 
-/// `openat2(source, O_PATH, RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)`, the leaf relative
-/// to its parent directory, which was opened the same way and is kept in `dirs` for the
-/// next sibling. Where the parent cannot be opened, the whole path is, for the exact error.
-fn open_source<'a>(dirs: &mut DirCache<'a>, source: &'a CStr) -> Result<Fd, i32> {
+/// The clone of [`clone_source`]: by name relative to the kept parent directory, or,
+/// where the parent cannot be opened (or for `/`), from an `openat2` of the whole path,
+/// for the exact error.
+fn clone_by_name<'a>(dirs: &mut DirCache<'a>, source: &'a CStr, attr: u64) -> Step<Fd> {
     let resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    let recursive = libc::AT_RECURSIVE as libc::c_uint;
+    let whole = |dirs: &mut DirCache<'a>| -> Step<Fd> {
+        let fd = openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve)
+            .map_err(|e| ("open source", e))?;
+        clone_tree(&mut dirs.no_open_tree_attr, fd.0, c"", recursive, attr)
+    };
     let bytes = source.to_bytes_with_nul();
     let cut = match bytes.iter().rposition(|c| *c == b'/') {
         Some(cut) if cut + 2 < bytes.len() => cut,
-        _ => return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve), // `/`
+        _ => return whole(dirs), // `/`
     };
     let parent = if cut == 0 { &bytes[..1] } else { &bytes[..cut] };
     if !dirs.hit(parent) {
         let mut buf = [0u8; libc::PATH_MAX as usize];
         if parent.len() >= buf.len() {
-            return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve);
+            return whole(dirs);
         }
         buf[..parent.len()].copy_from_slice(parent);
-        let c_parent = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EINVAL)?;
+        let c_parent =
+            CStr::from_bytes_until_nul(&buf).map_err(|_| ("open source", libc::EINVAL))?;
         match openat2(
             libc::AT_FDCWD,
             c_parent,
@@ -899,11 +1054,67 @@ fn open_source<'a>(dirs: &mut DirCache<'a>, source: &'a CStr) -> Result<Fd, i32>
             resolve,
         ) {
             Ok(fd) => dirs.keep(parent, fd),
-            Err(_) => return openat2(libc::AT_FDCWD, source, libc::O_PATH, resolve),
+            Err(_) => return whole(dirs),
         }
     }
-    let name = CStr::from_bytes_with_nul(&bytes[cut + 1..]).map_err(|_| libc::EINVAL)?;
-    openat2(dirs.dir.0, name, libc::O_PATH, resolve | RESOLVE_BENEATH)
+    let name =
+        CStr::from_bytes_with_nul(&bytes[cut + 1..]).map_err(|_| ("open source", libc::EINVAL))?;
+    let dir = dirs.dir.0;
+    let extra = recursive
+        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint
+        | libc::AT_NO_AUTOMOUNT as libc::c_uint;
+    clone_tree(&mut dirs.no_open_tree_attr, dir, name, extra, attr).map_err(|(step, e)| {
+        // The lookup of the name failed: the source is not there as planned.
+        match e {
+            libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP => ("open source", e),
+            _ => (step, e),
+        }
+    })
+}
+
+/// `open_tree(dir, name, OPEN_TREE_CLONE | extra)` with the mount attributes `attr_set`
+/// applied to the clone (recursively when `extra` has `AT_RECURSIVE`): one
+/// `open_tree_attr` where the kernel has it (6.15), else `open_tree` and `mount_setattr`.
+/// `*unsupported` remembers that it has not, so the fallback costs one failed call.
+fn clone_tree(
+    unsupported: &mut bool,
+    dir: i32,
+    name: &CStr,
+    extra: libc::c_uint,
+    attr_set: u64,
+) -> Step<Fd> {
+    let mut flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | extra;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    if !*unsupported {
+        let attr = MountAttr {
+            attr_set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: `name` is NUL-terminated, `attr` a valid mount_attr of the size passed.
+        let r = unsafe {
+            libc::syscall(
+                SYS_OPEN_TREE_ATTR,
+                dir,
+                name.as_ptr(),
+                flags,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if r >= 0 || errno() != libc::ENOSYS {
+            return check_fd(r, "open_tree");
+        }
+        *unsupported = true;
+    }
+    // SAFETY: `name` is NUL-terminated (empty with AT_EMPTY_PATH: `dir` itself).
+    let r = unsafe { libc::syscall(libc::SYS_open_tree, dir, name.as_ptr(), flags) };
+    let tree = check_fd(r, "open_tree")?;
+    set_attr(tree.0, extra & libc::AT_RECURSIVE as libc::c_uint, attr_set)?;
+    Ok(tree)
 }
 
 /// A host character device for the minimal `/dev`, cloned nosuid+noexec (device
@@ -1119,6 +1330,23 @@ fn create_leaf(dir: i32, name: &Name, leaf: Leaf, mine: bool) -> Step<Fd> {
         return Err(("create mountpoint", errno()));
     }
     try_open_leaf(dir, name, leaf).map_err(|e| ("open mountpoint", e))
+}
+
+/// Create the missing mountpoint `name` in `dir` (a tmpfs of cordon's own): `true` when
+/// this call created it, `false` when something of that name exists already.
+fn create_fresh(dir: i32, name: &Name, leaf: Leaf) -> Step<bool> {
+    let r = match leaf {
+        // SAFETY: NUL-terminated name relative to an open directory descriptor.
+        Leaf::Dir => unsafe { libc::mkdirat(dir, name.as_ptr(), 0o755) },
+        // An empty regular file; mknod needs no privilege for S_IFREG.
+        // SAFETY: NUL-terminated name relative to an open directory descriptor.
+        Leaf::File => unsafe { libc::mknodat(dir, name.as_ptr(), libc::S_IFREG | 0o444, 0) },
+    };
+    match r {
+        0 => Ok(true),
+        _ if errno() == libc::EEXIST => Ok(false),
+        _ => Err(("create mountpoint", errno())),
+    }
 }
 
 /// Pivot into `root` and detach the old root.
@@ -1536,7 +1764,7 @@ mod tests {
         let f = fixture(unprivileged.then_some(NOBODY));
         let view = prepare(&fixture_mounts(&f)).unwrap();
         let r = in_namespaces(unprivileged, || {
-            view.apply().map_err(|e| e.to_string())?;
+            view.apply(None).map_err(|e| e.to_string())?;
             // SAFETY: geteuid has no preconditions.
             let euid = unsafe { libc::geteuid() };
             ensure(
@@ -1595,7 +1823,7 @@ mod tests {
         fs::rename(&data, dir.0.join("data.old")).unwrap();
         replace(&data, &other);
         let mut got = None;
-        let r = in_namespaces(false, || match view.apply() {
+        let r = in_namespaces(false, || match view.apply(None) {
             Ok(()) => Err("apply accepted a swapped source".into()),
             Err(e) => Err(format!("{}|{}|{}", e.step, e.errno, e.index)),
         });
@@ -1652,6 +1880,75 @@ mod tests {
         );
     }
 
+    /// Both ways of cloning a source (`open_tree_attr`, and `open_tree` + `mount_setattr`
+    /// where the kernel lacks the former) apply the reductions to the clone and to the
+    /// mounts beneath it, and neither follows a symlink in the last component.
+    #[test]
+    fn clone_applies_reductions_with_and_without_open_tree_attr() {
+        if !is_root() {
+            return;
+        }
+        let dir = TempDir::new();
+        let data = dir.0.join("data");
+        fs::create_dir_all(data.join("inner")).unwrap();
+        std::os::unix::fs::symlink(&data, dir.0.join("link")).unwrap();
+        let parent = cstr(dir.0.to_str().unwrap());
+        let r = in_namespaces(false, || {
+            // A mount beneath the source: the reductions must reach it too.
+            let inner = cstr(data.join("inner").to_str().unwrap());
+            // SAFETY: NUL-terminated strings; our own private mount namespace.
+            let r = unsafe {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    inner.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            ensure(r == 0, "mount a tmpfs beneath the source")?;
+            let dir = openat2(libc::AT_FDCWD, &parent, libc::O_PATH, 0)
+                .map_err(|e| format!("open the parent: {e}"))?;
+            let recursive =
+                libc::AT_RECURSIVE as libc::c_uint | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
+            let attr = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+            for unsupported in [false, true] {
+                let mut flag = unsupported;
+                let tree = clone_tree(&mut flag, dir.0, c"data", recursive, attr)
+                    .map_err(|(s, e)| format!("clone ({unsupported}): {s}: {e}"))?;
+                let point = cstr(data.to_str().unwrap());
+                // Attach it over the source itself, then look at the mount beneath.
+                move_mount_to_path(tree.0, &point).map_err(|(s, e)| format!("{s}: {e}"))?;
+                for p in [data.clone(), data.join("inner")] {
+                    let c = cstr(p.to_str().unwrap());
+                    // SAFETY: all-zero is a valid statvfs, written by the call.
+                    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+                    // SAFETY: NUL-terminated path, writable statvfs.
+                    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+                    ensure(r == 0, "statvfs")?;
+                    let want = libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC;
+                    ensure(
+                        st.f_flag & want == want,
+                        &format!("{} lacks a reduction ({unsupported})", p.display()),
+                    )?;
+                }
+                // SAFETY: NUL-terminated path in our private namespace.
+                let r = unsafe { libc::umount2(point.as_ptr(), libc::MNT_DETACH) };
+                ensure(r == 0, "umount")?;
+                let mut flag = unsupported;
+                let link = clone_tree(&mut flag, dir.0, c"link", recursive, attr)
+                    .map_err(|(s, e)| format!("clone the link: {s}: {e}"))?;
+                let st = fstat(link.0).map_err(|e| format!("fstat: {e}"))?;
+                ensure(
+                    st.st_mode & libc::S_IFMT == libc::S_IFLNK,
+                    "the symlink was followed",
+                )?;
+            }
+            Ok(())
+        });
+        r.unwrap();
+    }
+
     #[test]
     fn target_inside_a_host_bind_is_never_created() {
         if !is_root() {
@@ -1671,12 +1968,55 @@ mod tests {
             },
         ];
         let view = prepare(&mounts).unwrap();
-        let r = in_namespaces(false, || match view.apply() {
+        let r = in_namespaces(false, || match view.apply(None) {
             Err(e) if e.errno == libc::ENOENT && e.index == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         });
         r.unwrap();
         assert!(!f.ws.join("not-on-host").exists());
+    }
+
+    /// Landlock rules at a bind's target are adopted by the view, unless a later mount
+    /// at that path (or above it) hides the bind; other rules stay with Landlock.
+    #[test]
+    fn view_adopts_landlock_rules_only_where_its_bind_stays_visible() {
+        let b = |p: &str| Mount::Bind {
+            source: PathBuf::from(p),
+            target: PathBuf::from(p),
+            is_dir: true,
+            read_only: true,
+            exec: false,
+            device: false,
+            dev_ino: (1, 1),
+        };
+        let mut view = prepare(&[
+            b("/x"),
+            b("/x/y"),
+            b("/x/y/z"),
+            Mount::MaskDir {
+                target: PathBuf::from("/x/y"),
+            },
+            b("/w"),
+        ])
+        .unwrap();
+        let rules: Vec<(PathBuf, u64)> = ["/x", "/x/y", "/x/y/z", "/w", "/v"]
+            .iter()
+            .map(|p| (PathBuf::from(p), 1))
+            .collect();
+        let mut ll = PreparedLandlock::new(1, 0, 0, &rules, &[])
+            .unwrap()
+            .unwrap();
+        view.adopt_landlock(&mut ll);
+        let adopted: Vec<u64> = view
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Bind { landlock, .. } => *landlock,
+                _ => u64::MAX,
+            })
+            .collect();
+        assert_eq!(adopted, [1, 0, 0, u64::MAX, 1]);
+        assert!(ll.adopted_any());
     }
 
     #[test]
@@ -1753,7 +2093,7 @@ mod tests {
             if !lowered || low.rlim_max < 2048 {
                 return Err("setrlimit".into());
             }
-            view.apply().map_err(|e| e.to_string())?;
+            view.apply(None).map_err(|e| e.to_string())?;
             ensure(nofile_soft() == 128, "RLIMIT_NOFILE not restored")?;
             for base in [&late, &early] {
                 for i in [0, N / 2, N - 1] {
@@ -1834,7 +2174,7 @@ mod tests {
                 .iter()
                 .position(|m| matches!(m, Mount::Bind { target, .. } if *target == f.ws))
                 .unwrap();
-            let r = in_namespaces(unprivileged, || match view.apply() {
+            let r = in_namespaces(unprivileged, || match view.apply(None) {
                 Err(e)
                     if e.index == ws_index && e.step == "mountpoint missing inside a host bind" =>
                 {
@@ -1848,7 +2188,7 @@ mod tests {
         }
         let ws = f.ws.clone();
         let r = in_namespaces(unprivileged, || {
-            view.apply()
+            view.apply(None)
                 .map_err(|e| format!("{e} ({:?})", plan.mounts.get(e.index)))?;
             fs::write(ws.join("from-default"), "ok").map_err(|e| format!("cwd: {e}"))?;
             ensure(

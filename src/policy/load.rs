@@ -11,7 +11,7 @@ use super::{
     Policy, DEFAULT_KILL_GRACE, LIMIT_KEYS,
 };
 use crate::units::{parse_duration, parse_size};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
@@ -84,7 +84,7 @@ struct Merger<'a> {
     rules: Vec<Option<PathRule>>,
     /// Where the live rule for each path is in `rules`: replacing one is O(1), so
     /// thousands of rules load in linear time.
-    rule_at: HashMap<std::ffi::OsString, usize>,
+    rule_at: crate::plan::FastMap<std::ffi::OsString, usize>,
 }
 
 impl<'a> Merger<'a> {
@@ -94,7 +94,7 @@ impl<'a> Merger<'a> {
             stack: Vec::new(),
             loaded: HashSet::new(),
             rules: Vec::new(),
-            rule_at: HashMap::new(),
+            rule_at: Default::default(),
             policy: Policy {
                 sources: Vec::new(),
                 rules: Vec::new(),
@@ -654,6 +654,11 @@ pub fn expand_path(
     if text.is_empty() {
         return Err("empty path".to_string());
     }
+    if text.starts_with('/') && !text.contains("${") {
+        // The common case, thousands of times in a large policy: an absolute path with
+        // no variable, usually normal already.
+        return Ok((normalize(PathBuf::from(text)), optional));
+    }
     let mut out = String::new();
     let mut rest = text;
     if rest == "~" || rest.starts_with("~/") {
@@ -691,7 +696,7 @@ pub fn expand_path(
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    let path = PathBuf::from(&out);
+    let path = PathBuf::from(out);
     let path = if path.is_absolute() {
         path
     } else {
@@ -704,7 +709,7 @@ pub fn expand_path(
             }
         }
     };
-    Ok((normalize(&path), optional))
+    Ok((normalize(path), optional))
 }
 
 /// Absolute, with no `.`, `..`, doubled or trailing slash: what `normalize` returns.
@@ -719,9 +724,9 @@ fn is_normal(path: &Path) -> bool {
 
 /// Remove `.` and `..` lexically, so rules compare by components. Symlinks are resolved
 /// later, by `plan`.
-fn normalize(path: &Path) -> PathBuf {
-    if is_normal(path) {
-        return path.to_path_buf(); // the common case, with thousands of rules
+fn normalize(path: PathBuf) -> PathBuf {
+    if is_normal(&path) {
+        return path; // the common case, with thousands of rules
     }
     let mut out = PathBuf::from("/");
     for c in path.components() {
@@ -791,7 +796,7 @@ mod tests {
             ("/..", "/"),
             ("/a/.b/..c", "/a/.b/..c"),
         ] {
-            let got = normalize(Path::new(raw));
+            let got = normalize(PathBuf::from(raw));
             assert_eq!(got, Path::new(want), "{raw}");
             assert_eq!(got.as_os_str(), want, "{raw}");
             assert!(is_normal(&got), "{raw}");

@@ -752,7 +752,7 @@ fn egress_config(plan: &Plan, opts: &RunOptions) -> anyhow::Result<EgressConfig>
 }
 
 /// The buffer the plan is published through: one write for a small plan.
-const PUBLISH_BUFFER: usize = 256 * 1024;
+const PUBLISH_BUFFER: usize = 64 * 1024;
 
 /// The run's private directory: created mode 0700 for the command's identity, removed
 /// on drop without following any symlink the command planted.

@@ -229,7 +229,7 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
 
     // The command is started with `clone_vfork` (by us, or by init inside the view): its
     // stack is allocated here, before any fork.
-    let mut stack = ChildStack::new();
+    let mut stack = ChildStack::new().map_err(LaunchError::Setup)?;
     if p.namespaces == 0 {
         return spawn_vfork(p, &mut stack, err_r, err_w, supervisor);
     }
@@ -314,14 +314,44 @@ fn spawn_vfork(
 }
 
 /// The stack a [`clone_vfork`] child runs on. Allocated before any fork, so that init
-/// (a forked copy of the supervisor) has one without allocating.
-struct ChildStack(Vec<u8>);
+/// (a forked copy of the supervisor) has one without allocating. Mapped directly, not
+/// taken from the heap: only the pages the child touches become resident (a heap block
+/// would be zeroed, all 256 KiB of it, in the supervisor's resident memory).
+struct ChildStack {
+    base: *mut libc::c_void,
+}
 
 impl ChildStack {
     const SIZE: usize = 256 * 1024;
 
-    fn new() -> ChildStack {
-        ChildStack(vec![0u8; Self::SIZE])
+    fn new() -> std::io::Result<ChildStack> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(ChildStack { base })
+    }
+
+    /// The initial stack pointer: the end of the mapping (page-aligned).
+    fn top(&mut self) -> *mut libc::c_void {
+        (self.base as usize + Self::SIZE) as *mut libc::c_void
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once, after the child has exec'd or exited.
+        unsafe { libc::munmap(self.base, Self::SIZE) };
     }
 }
 
@@ -341,13 +371,12 @@ fn clone_vfork(stack: &mut ChildStack, child: &dyn Fn()) -> libc::pid_t {
     }
     let child_ref: &dyn Fn() = child;
     // SAFETY: the stack is ours and outlives the child's use of it (we resume only after
-    // exec or exit); its top, aligned down to 16 bytes, is the child's stack pointer. The
+    // exec or exit); its end (page-aligned) is the child's stack pointer. The
     // child writes nothing we read afterwards except through its pipes.
     unsafe {
-        let top = stack.0.as_mut_ptr().add(ChildStack::SIZE) as usize & !15;
         libc::clone(
             trampoline,
-            top as *mut libc::c_void,
+            stack.top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             &child_ref as *const &dyn Fn() as *mut libc::c_void,
         )

@@ -345,7 +345,7 @@ pub fn run(cmd: &mut Command) -> Out {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn cordon");
+        .unwrap_or_else(|e| panic!("cannot spawn {cmd:?}: {e}"));
     finish(child, Instant::now())
 }
 

@@ -2,7 +2,7 @@
 # Throughput of cordon's egress proxy against a direct download, on loopback only.
 # Run from anywhere: `bash benches/egress.sh`.
 #
-#   SIZE_MB=200 REPS=9 CONCURRENT=100 QUIET_S=20 bash benches/egress.sh
+#   SIZE_MB=200 REPS=15 CONCURRENT=100 QUIET_S=20 bash benches/egress.sh
 #
 # A python3 http.server on 127.0.0.1 (a random free port) serves a SIZE_MB file of zeros
 # and a 4 KiB file from a temp dir. curl downloads the big file REPS times each:
@@ -27,7 +27,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SIZE_MB=${SIZE_MB:-200}
-REPS=${REPS:-9}
+REPS=${REPS:-15}
 QUIET_S=${QUIET_S:-20} # per transfer: wait at most this long for an idle machine
 CONCURRENT=${CONCURRENT:-100}
 MAX_S=${MAX_S:-120} # per transfer: curl --max-time, cordon --timeout, the sampling loop

@@ -14,7 +14,8 @@
 //! the entry is an IP literal, the name is pinned, or `allow_local` is set.
 //!
 //! Concurrency model: one thread per client connection, blocking I/O for the handshake,
-//! then a `poll`-driven `splice` relay on the same thread. A sandbox runs one command
+//! then a blocking `splice` relay: that thread carries upstream → client, and a second,
+//! small thread client → upstream (see [`relay`]). A sandbox runs one command
 //! with modest concurrency (a package manager opens tens of connections, not thousands),
 //! so threads keep the proxy small, easy to reason about and free of an async runtime.
 //! Threads get a small stack ([`CONN_STACK`]). A panic in one connection ends only that
@@ -360,7 +361,6 @@ impl Shared {
         early: &[u8],
     ) -> io::Result<()> {
         let _ = upstream.set_nodelay(true);
-        let _ = upstream.set_write_timeout(Some(self.idle));
         relay::relay(client, upstream, early, self.idle)
     }
 }

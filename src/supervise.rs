@@ -384,7 +384,7 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     let mut timed_out = false;
     let mut deadline = plan.timeout.map(|t| started + t);
     let mut killing = false;
-    let raw_status = loop {
+    let ended = loop {
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         match launch::wait_signal(remaining) {
             None => {
@@ -407,7 +407,18 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
             }
             Some((libc::SIGCHLD, _)) => {
                 if let Some(status) = launch::try_reap(child.pid) {
-                    break status;
+                    // With an init, its report is in the pipe by now (or init failed).
+                    break match child.status.as_ref().and_then(launch::read_report) {
+                        Some(report) => Ended::Reported(report),
+                        None => Ended::Reaped(status),
+                    };
+                }
+            }
+            Some((launch::REPORT_SIGNAL, _)) => {
+                // init's report: the command and all it started are gone; init is still
+                // exiting (the kernel tears the namespaces down), which we need not wait for.
+                if let Some(report) = child.status.as_ref().and_then(launch::read_report) {
+                    break Ended::Reported(report);
                 }
             }
             Some((sig, code)) => {
@@ -422,10 +433,10 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
     if !child.has_init {
         kill_descendants();
     }
-    // With an init, the command's own status comes through the status pipe.
-    let status = match &child.status {
-        Some(fd) => launch::read_status(fd).unwrap_or(raw_status),
-        None => raw_status,
+    // With an init, the command's own status and peak memory come from init's report.
+    let (status, peak_memory_kib) = match ended {
+        Ended::Reported(r) => (r.status, r.peak_rss_kib),
+        Ended::Reaped(raw) => (raw, launch::children_peak_rss_kib()),
     };
     let (code, signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
@@ -483,8 +494,17 @@ pub fn run(plan: &Plan, facts: &Facts, opts: &RunOptions) -> anyhow::Result<Outc
         denied_egress,
         denied_fs: fs.map(|f| f.denied).unwrap_or_default(),
         output_truncated,
-        peak_memory_kib: launch::children_peak_rss_kib(),
+        peak_memory_kib,
     })
+}
+
+/// How the wait for the sandbox ended.
+enum Ended {
+    /// init's report arrived (the command's status; init may still be exiting).
+    Reported(launch::InitReport),
+    /// The child we started was reaped without a report: the command itself (no view),
+    /// or an init that failed before reporting.
+    Reaped(i32),
 }
 
 /// `--max-output`: the command's stdout and stderr go through pipes the supervisor copies

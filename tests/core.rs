@@ -1910,12 +1910,12 @@ fn scratch_without_tmpdir_lives_in_ram_or_tmp_and_is_removed() {
         .args([
             "sh",
             "-c",
-            r#"echo "$HOME|$TMPDIR"; echo x > "$TMPDIR/f"; cat "$TMPDIR/f""#,
+            r#"echo "$HOME|$TMPDIR"; stat -c 'mode=%a' "$HOME/.."; echo x > "$TMPDIR/f"; cat "$TMPDIR/f""#,
         ]));
     assert_eq!(out.code, Some(0), "{out:?}");
     let first = out.stdout.lines().next().unwrap_or_default().to_string();
     let (home, tmp) = first.split_once('|').expect("HOME|TMPDIR");
-    let uid = nix_uid();
+    let uid = common::uid();
     let base = if shm_ok { "/dev/shm" } else { "/tmp" };
     let root = format!("{base}/cordon-{uid}/run-");
     assert!(
@@ -1930,14 +1930,10 @@ fn scratch_without_tmpdir_lives_in_ram_or_tmp_and_is_removed() {
         out.stdout.contains("\nx\n") || out.stdout.ends_with("x\n"),
         "{out:?}"
     );
+    // The run dir is the command's alone, wherever it lives.
+    assert!(out.stdout.contains("\nmode=700\n"), "{out:?}");
     let run_dir = std::path::Path::new(home).parent().unwrap();
     assert!(!run_dir.exists(), "{} left behind", run_dir.display());
-}
-
-fn nix_uid() -> u32 {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap()
 }
 
 /// cordon's own runtime ignores SIGPIPE; the command must start with the default

@@ -72,6 +72,12 @@ pub fn readonly_msg() -> &'static str {
 }
 
 /// The binary under test.
+/// The uid the tests run as (scratch roots are named after it).
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
@@ -183,9 +189,7 @@ impl Fixture {
 
     /// Where cordon creates the per-run scratch dirs for this fixture.
     pub fn scratch_root(&self) -> PathBuf {
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
-        self.tmpdir.join(format!("cordon-{uid}"))
+        self.tmpdir.join(format!("cordon-{}", uid()))
     }
 
     /// Entries left in the scratch root (an absent root counts as empty).
